@@ -1,0 +1,63 @@
+"""``diagnostics.probe``: a task type for checking a deployment end to end.
+
+Context: ``{"units": N, "fail_every": k, "vendor_fail_every": j, "sleep_ms": m}``.
+Unit i (from 1) sleeps m ms, then fails with a domain error if k divides i, else
+with a driver-style error carrying fake secrets if j divides i, else succeeds.
+The same unit fails the same way on every attempt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+
+from taskrunner.contract import TaskOptions, TaskReportableError, TaskUnit, UnitJob
+
+TYPE = "diagnostics.probe"
+FAKE_SECRET = "sk_live_PROBE_SECRET"
+FAKE_CARD = "4111 1111 1111 1111"
+
+class ProbeFailed(TaskReportableError):
+    pass
+
+def _number(context: Mapping[str, Any], key: str) -> int:
+    value = context.get(key) or 0
+    return int(value)
+
+def unit_number(unit: TaskUnit) -> int:
+    return int(unit.key.rsplit("-", 1)[1])
+
+class ProbeTask:
+    def type(self) -> str:
+        return TYPE
+
+    def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
+        for i in range(1, _number(context, "units") + 1):
+            yield TaskUnit(f"probe-{i}")
+
+    def make_job(self, unit: TaskUnit, context: Mapping[str, Any]) -> UnitJob:
+        i = unit_number(unit)
+        fail_every = _number(context, "fail_every")
+        vendor_every = _number(context, "vendor_fail_every")
+        sleep_ms = _number(context, "sleep_ms")
+
+        def probe() -> None:
+            if sleep_ms:
+                time.sleep(sleep_ms / 1000)
+            if fail_every and i % fail_every == 0:
+                raise ProbeFailed(f"probe unit {i} failed")
+            if vendor_every and i % vendor_every == 0:
+                # A driver error: its message carries SQL and bound values, like the real ones.
+                raise OperationalError(
+                    "UPDATE vendor_accounts SET token=%(token)s WHERE card=%(card)s",
+                    {"token": FAKE_SECRET, "card": FAKE_CARD},
+                    ConnectionError(f"server closed the connection; token={FAKE_SECRET}"),
+                )
+
+        return probe
+
+    def options(self) -> TaskOptions:
+        return TaskOptions(queue="tasks", stuck_after_minutes=30, timeout=600)

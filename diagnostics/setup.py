@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from diagnostics.probe import ProbeTask
+from taskrunner.contract import register
+
+
+def init_app(_app) -> None:
+    register(ProbeTask())

@@ -1,0 +1,23 @@
+"""``flask payments …``"""
+
+from __future__ import annotations
+
+import click
+from flask.cli import AppGroup
+
+from payments.statements import StatementError, start_monthly_statements
+
+payments_cli = AppGroup("payments", help="Payments: monthly statements.")
+
+
+@payments_cli.command("generate-monthly-statements")
+@click.option("--period", required=True, help="YYYY-MM")
+def generate_monthly_statements(period: str) -> None:
+    """Start the monthly statements sweep for one period; print the run's uuid."""
+    try:
+        handle = start_monthly_statements(period, "cli")
+    except StatementError as exc:
+        raise click.BadParameter(str(exc), param_hint="--period") from None
+    click.echo(f"started payments.monthly_statements for {period}: {handle.units_total} units",
+               err=True)
+    click.echo(handle.uuid)

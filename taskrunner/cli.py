@@ -1,0 +1,174 @@
+"""``flask tasks …``: thin commands over the runner's services."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, NoReturn
+
+import click
+from flask.cli import AppGroup
+
+from taskrunner import runner
+from taskrunner.contract import TERMINAL_RUN, Refused
+from taskrunner.events import catalog_markdown
+from taskrunner.ledger import ledger
+from taskrunner.reports import recent_runs, run_detail
+
+tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
+events_cli = AppGroup("events", help="The task-runner event catalog.")
+
+
+def refuse(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc.msg}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object")
+    return parsed
+
+
+@tasks_cli.command("start")
+@click.argument("type_")
+@click.option("--context", callback=_context, help="JSON object passed to the task type.")
+@click.option("--wait", type=click.FloatRange(min=0), help="Seconds to wait for the run to end.")
+def start_command(type_: str, context: dict[str, Any], wait: float | None) -> None:
+    """Start a run of a registered task type; print its uuid."""
+    try:
+        handle = runner.start(type_, context, "cli")
+    except Refused as exc:
+        refuse(str(exc))
+    click.echo(f"started {type_}: {handle.units_total} units", err=True)
+    if wait:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            run = ledger.get_run(handle.uuid)
+            if run.status in TERMINAL_RUN:
+                click.echo(f"finished: {run.status}", err=True)
+                break
+            ledger.session.rollback()
+            time.sleep(0.2)
+        else:
+            click.echo(f"still running after {wait:g} s", err=True)
+    click.echo(handle.uuid)
+
+
+@tasks_cli.command("status")
+@click.argument("run_uuid", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 500))
+def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
+    """Recent runs, or one run with its counts and failed and stale units."""
+    if run_uuid is None:
+        runs = recent_runs(limit=limit)
+        if as_json:
+            click.echo(json.dumps({"runs": runs}, indent=2))
+            return
+        click.echo(f"{'uuid':36}  {'type':32} {'status':24} {'done':>13}  started")
+        for run in runs:
+            units = run["units"]
+            done = units["completed"] + units["failed"] + units["skipped"]
+            click.echo(
+                f"{run['uuid']:36}  {run['type']:32} {run['status']:24} "
+                f"{done:>6}/{units['total']:<6}  {run['started_at']}"
+            )
+        return
+    run = ledger.find_run(run_uuid)
+    if run is None:
+        refuse(f"no run {run_uuid}")
+    detail = run_detail(run)
+    if as_json:
+        click.echo(json.dumps(detail, indent=2))
+        return
+    _print_detail(detail)
+
+
+def _print_detail(detail: dict[str, Any]) -> None:
+    units = detail["units"]
+    click.echo(f"run       {detail['uuid']}")
+    click.echo(f"type      {detail['type']}")
+    click.echo(f"status    {detail['status']}")
+    click.echo(f"initiator {detail['initiator']}")
+    click.echo(f"started   {detail['started_at']}   finished {detail['finished_at'] or '-'}")
+    click.echo(
+        "units     " + "  ".join(f"{name} {units[name]}" for name in
+                                 ("total", "pending", "running", "completed", "failed",
+                                  "skipped", "stale"))
+    )
+    for title, key in (("failed units", "failed_units"), ("stale units", "stale_units")):
+        if detail[key]:
+            click.echo(f"\n{title}:")
+            for unit in detail[key]:
+                why = unit["stale_reason"] if key == "stale_units" else unit["last_error"]
+                stale = " [stale]" if unit["stale"] and key == "failed_units" else ""
+                click.echo(
+                    f"  {unit['unit_key']}  tenant={unit['tenant_id']}  "
+                    f"attempts={unit['attempts']}{stale}  {why}"
+                )
+
+
+@tasks_cli.command("retry")
+@click.argument("run_uuid")
+@click.option("--failed-only", is_flag=True, help="Only failed units, not pending or stale ones.")
+def retry_command(run_uuid: str, failed_only: bool) -> None:
+    """Re-dispatch a run's failed, pending and stale units as a new dispatch."""
+    try:
+        count = runner.retry(run_uuid, failed_only=failed_only)
+    except Refused as exc:
+        refuse(str(exc))
+    click.echo(f"re-dispatched {count} units of run {run_uuid}")
+
+
+@tasks_cli.command("cancel")
+@click.argument("run_uuid")
+def cancel_command(run_uuid: str) -> None:
+    """Cancel a running run: queued jobs revoked, pending and running units skipped."""
+    try:
+        count = runner.cancel(run_uuid)
+    except Refused as exc:
+        refuse(str(exc))
+    click.echo(f"cancelled run {run_uuid}: {count} units skipped")
+
+
+@tasks_cli.command("prune")
+@click.option("--days", type=click.IntRange(min=0), help="Retention in days (default: config).")
+def prune_command(days: int | None) -> None:
+    """Delete terminal runs older than the retention, and the queues' leftovers."""
+    count = runner.prune(days)
+    click.echo(f"pruned {count} runs")
+
+
+@tasks_cli.command("detect-stuck")
+def detect_stuck_command() -> None:
+    """Run the stuck sweep once."""
+    count = ledger.mark_stuck()
+    click.echo(f"{count} units newly stale")
+
+
+@events_cli.command("catalog")
+@click.option("--check", is_flag=True, help="Exit 1 if docs/EVENTS.md is stale.")
+@click.option("--path", default="docs/EVENTS.md", show_default=True)
+def catalog_command(check: bool, path: str) -> None:
+    """Write the event catalog generated from the code."""
+    text = catalog_markdown()
+    if check:
+        try:
+            current = open(path, encoding="utf-8").read()
+        except FileNotFoundError:
+            current = ""
+        if current != text:
+            refuse(f"{path} is stale: run `flask events catalog`")
+        click.echo(f"{path} is up to date")
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    click.echo(f"wrote {path}")

@@ -1,0 +1,94 @@
+"""The runner's services: start, retry, cancel and prune runs.
+
+The CLI and the web views are both thin callers of these functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from flask import current_app
+
+from database import utcnow
+from taskrunner import dispatch as dispatching
+from taskrunner.contract import RunHandle, RunStatus, TaskDefinition, TaskOptions
+from taskrunner.ledger import Dispatch, ledger
+from taskrunner.redaction import redact
+from taskrunner.registry import registry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asks for an operator action, and from where."""
+
+    name: str
+    source: str = "cli"
+    address: str | None = None
+
+
+CLI = Actor("cli")
+
+
+def start(
+    type_or_definition: str | TaskDefinition, context: dict[str, Any], initiator: str
+) -> RunHandle:
+    definition = (
+        registry.get(type_or_definition)
+        if isinstance(type_or_definition, str)
+        else type_or_definition
+    )
+    options = definition.options()
+    dispatch = ledger.create_run(
+        definition.type(),
+        context,
+        initiator,
+        definition.units(context),
+        current_app.config["TASK_RUNNER_INSERT_CHUNK"],
+    )
+    if dispatch.count == 0:
+        status = ledger.finalize(dispatch.run_id)
+        return RunHandle(dispatch.run_uuid, RunStatus(status), 0)
+    _dispatch_or_settle(dispatch, options)
+    return RunHandle(dispatch.run_uuid, RunStatus.RUNNING, dispatch.count)
+
+
+def _dispatch_or_settle(dispatch: Dispatch, options: TaskOptions) -> None:
+    try:
+        dispatching.enqueue_dispatch(dispatch, options)
+    except Exception as exc:
+        # The wedge guard: no run stays running with nothing in flight.
+        logger.exception("Dispatch of run %s failed", dispatch.run_uuid)
+        ledger.fail_undispatched(dispatch.run_id, f"dispatch failed: {redact(exc)}")
+        raise
+
+
+def retry(run_uuid: str, failed_only: bool = False, actor: Actor = CLI,
+          stale_only: bool = False) -> int:
+    """Re-dispatch a run's failed, pending and stale units; return how many."""
+    dispatch = ledger.reopen_for_retry(run_uuid, failed_only, actor.name, actor.source,
+                                       actor.address, stale_only=stale_only)
+    _dispatch_or_settle(dispatch, registry.get(dispatch.type).options())
+    return dispatch.count
+
+
+def cancel(run_uuid: str, actor: Actor = CLI) -> int:
+    """Cancel a running run; return how many units were skipped."""
+    run = ledger.get_run(run_uuid)
+    queued, skipped = ledger.cancel(run_uuid, actor.name, actor.source, actor.address)
+    definition = registry.find(run.type)
+    if definition is not None:
+        dispatching.revoke(queued, definition.options().queue)
+    return skipped
+
+
+def prune(days: int | None = None, actor: Actor = CLI) -> int:
+    """Delete terminal runs older than the retention; return how many."""
+    if days is None:
+        days = current_app.config["TASK_RUNNER_RETENTION_DAYS"]
+    return ledger.prune(utcnow() - timedelta(days=days), actor.name, actor.source,
+                        actor.address)

@@ -1,0 +1,1 @@
+"""Huey wiring: the queues, the routing table, periodic schedules, the consumer entry."""

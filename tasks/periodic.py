@@ -1,0 +1,49 @@
+"""Every periodic schedule in one place. They run on the ``default`` queue's consumer
+only; every other consumer runs with periodic tasks off (``-n``)."""
+
+from __future__ import annotations
+
+import logging
+
+from huey import crontab
+
+from tasks.routing import periodic
+
+logger = logging.getLogger(__name__)
+
+
+@periodic("taskrunner.relay_events", crontab(minute="*"), timeout=120)
+def relay_events() -> None:
+    """Deliver outbox events a crashed process left undelivered."""
+    from taskrunner.ledger import ledger
+
+    count = ledger.relay_events()
+    if count:
+        logger.info("Relayed %d undelivered events", count)
+
+
+@periodic("taskrunner.detect_stuck", crontab(minute="*/5"), timeout=300)
+def detect_stuck() -> None:
+    """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""
+    from taskrunner.ledger import ledger
+
+    ledger.mark_stuck()
+
+
+@periodic("taskrunner.prune", crontab(minute="17", hour="3"), timeout=1800)
+def prune() -> None:
+    """Daily: delete terminal runs older than the retention."""
+    from taskrunner.runner import Actor, prune as prune_runs
+
+    prune_runs(actor=Actor("schedule"))
+
+
+@periodic("payments.monthly_statements", crontab(minute="0", hour="2", day="1"), timeout=600)
+def monthly_statements() -> None:
+    """Monthly: statements for the month that just ended."""
+    from datetime import date, timedelta
+
+    from payments.statements import start_monthly_statements
+
+    last_month = date.today().replace(day=1) - timedelta(days=1)
+    start_monthly_statements(last_month.strftime("%Y-%m"), "schedule")

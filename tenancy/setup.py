@@ -1,0 +1,10 @@
+"""Bind the tenant context to the task runner's seam."""
+
+from __future__ import annotations
+
+from taskrunner.contract import bind_tenant_context
+from tenancy import context
+
+
+def init_app(_app) -> None:
+    bind_tenant_context(context.enter, context.leave)

@@ -1,0 +1,162 @@
+"""Fixtures: an app per test on its own database state, on the chosen backend.
+
+``TEST_BACKEND=sqlite`` (default): SQLite file + SqliteHuey in a temporary folder.
+``TEST_BACKEND=postgres``: PostgreSQL (``TEST_DATABASE_URL``) + RedisHuey
+(``TEST_REDIS_URL``). A server that cannot be reached fails the run under
+``CI=true`` and skips the tests that need it elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from flask_migrate import upgrade
+from sqlalchemy import create_engine, text
+
+from app import create_app
+from extensions import db
+from taskrunner import events
+from taskrunner.ledger import forget_cached_runs
+from tests.support import Consumers
+
+BACKEND = os.environ.get("TEST_BACKEND", "sqlite")
+PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI") == "true"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_server(name: str, host: str, port: int) -> None:
+    if reachable(host, port):
+        return
+    message = f"{name} is not reachable on {host}:{port}"
+    if IN_CI:
+        pytest.fail(message + " (CI=true: servers are required)")
+    pytest.skip(message)
+
+
+def require_postgres() -> None:
+    require_server("PostgreSQL", "127.0.0.1", 5432)
+
+
+def require_redis() -> None:
+    require_server("Redis", "127.0.0.1", 6379)
+
+
+def reset_postgres(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+def migrated(config: dict) -> None:
+    app = create_app(config)
+    with app.app_context():
+        upgrade(directory=str(ROOT / "migrations"), revision="heads")
+        db.engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def base_config(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("backend")
+    config = {
+        "TESTING": True,
+        "SECRET_KEY": "test-secret",
+        "SERVER_NAME": "localhost",
+        "INSTANCE_PATH": str(folder),
+        "TASK_RUNNER_HEARTBEAT_SECONDS": 30,
+    }
+    if BACKEND == "postgres":
+        require_postgres()
+        require_redis()
+        reset_postgres(PG_URL)
+        config |= {"SQLALCHEMY_DATABASE_URI": PG_URL, "QUEUE_DRIVER": "redis",
+                   "REDIS_URL": REDIS_URL}
+    else:
+        config |= {"SQLALCHEMY_DATABASE_URI": f"sqlite:///{folder / 'ledger.db'}",
+                   "QUEUE_DRIVER": "sqlite",
+                   "QUEUE_SQLITE_PATH": str(folder / "queue.sqlite3")}
+    migrated(config)
+    return config
+
+
+def empty_tables() -> None:
+    tables = [t.name for t in db.metadata.sorted_tables]
+    if db.engine.dialect.name == "postgresql":
+        db.session.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
+    else:
+        for name in reversed(tables):
+            db.session.execute(text(f"DELETE FROM {name}"))
+    db.session.commit()
+
+
+@pytest.fixture
+def make_app(base_config, tmp_path):
+    """Build an app on the test's backend with extra settings; state is emptied after."""
+    made = []
+
+    def make(**overrides):
+        app = create_app({**base_config, **overrides})
+        app.instance_path = base_config["INSTANCE_PATH"]
+        made.append(app)
+        return app
+
+    yield make
+    for app in made:
+        with app.app_context():
+            db.session.remove()
+            empty_tables()
+            if not app.config.get("QUEUE_IMMEDIATE"):
+                for huey in app.extensions["queues"].all().values():
+                    huey.flush()
+            db.engine.dispose()
+    forget_cached_runs()
+    events._subscribers.clear()
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app()
+
+
+@pytest.fixture
+def inline_app(make_app):
+    """Jobs run inline, inside ``enqueue`` (Huey's immediate mode)."""
+    return make_app(QUEUE_IMMEDIATE=True)
+
+
+@pytest.fixture
+def ctx(app):
+    with app.app_context():
+        yield app
+
+
+@pytest.fixture
+def inline_ctx(inline_app):
+    with inline_app.app_context():
+        yield inline_app
+
+
+@pytest.fixture
+def cli(app):
+    return app.test_cli_runner()
+
+
+@pytest.fixture
+def consumers(app, tmp_path):
+    pool = Consumers(app, tmp_path)
+    yield pool
+    pool.stop_all()

@@ -1,0 +1,51 @@
+"""A 1,000-unit probe run executed by real huey_consumer processes."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from diagnostics.probe import FAKE_CARD, FAKE_SECRET
+from extensions import db
+from taskrunner import runner
+from taskrunner.ledger import ledger
+from tests.support import wait_for
+
+pytestmark = pytest.mark.workers
+
+
+def run_status(run_uuid: str) -> str:
+    db.session.rollback()
+    return ledger.get_run(run_uuid).status
+
+
+def test_a_thousand_unit_probe_run_ends_with_exact_counts_and_no_secret(ctx, consumers):
+    consumers.start("tasks", workers=2)
+    consumers.start("tasks", workers=2)
+
+    handle = runner.start("diagnostics.probe", {"units": 1000, "fail_every": 10,
+                                                "vendor_fail_every": 7}, "test")
+    wait_for(lambda: run_status(handle.uuid) != "running", timeout=120, message="run to close")
+
+    run = ledger.get_run(handle.uuid)
+    # Domain failures: multiples of 10 (100). Vendor: multiples of 7 but not 10 (142 - 14).
+    assert run.status == "completed_with_failures"
+    assert (run.units_total, run.units_failed, run.units_completed) == (1000, 228, 772)
+    assert ledger.count_events("tasks.run.completed", run) == 0
+    assert ledger.count_events("tasks.run.failed", run) == 1
+    assert ledger.count_events("tasks.unit.failed", run) == 228
+    vendor = ledger.units_of(run, statuses=["failed"], limit=1000)
+    reasons = {u["last_error"] for u in vendor}
+    assert "unhandled sqlalchemy.exc.OperationalError — see logs" in reasons
+    assert "probe unit 10 failed" in reasons
+    assert all(u["attempts"] == 1 for u in vendor)
+    for secret in (FAKE_SECRET, FAKE_CARD):
+        assert_nowhere_in_database(secret)
+
+
+def assert_nowhere_in_database(needle: str) -> None:
+    for table in db.metadata.sorted_tables:
+        rows = db.session.execute(table.select()).all()
+        for row in rows:
+            assert needle not in repr(tuple(row)), f"{needle!r} found in {table.name}"
+    db.session.execute(text("SELECT 1"))
