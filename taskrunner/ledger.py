@@ -25,6 +25,7 @@ from extensions import db
 from taskrunner import events as ev
 from taskrunner.contract import ACTIVE_UNIT, TERMINAL_RUN, Refused, RunStatus, TaskUnit, UnitStatus
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
+from taskrunner.queries import LedgerQueries
 from taskrunner.registry import registry
 
 UNIT_COLUMNS = (
@@ -90,7 +91,7 @@ def _chunks(items: Iterable[TaskUnit], size: int) -> Iterator[list[TaskUnit]]:
         yield chunk
 
 
-class TaskRunLedger:
+class TaskRunLedger(LedgerQueries):
     @property
     def session(self) -> Session:
         return db.session
