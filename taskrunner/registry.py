@@ -12,6 +12,9 @@ class TaskTypeRegistry:
     def register(self, definition: TaskDefinition) -> None:
         self._types[definition.type()] = definition
 
+    def unregister(self, type_: str) -> None:
+        self._types.pop(type_, None)
+
     def get(self, type_: str) -> TaskDefinition:
         try:
             return self._types[type_]

@@ -35,3 +35,16 @@ def test_a_run_with_no_units_is_closed_at_once_as_completed(inline_ctx):
     assert run.finished_at is not None
     assert ledger.count_events("tasks.run.completed", run) == 1
     assert db.session.scalar(select(func.count()).select_from(TaskRunUnit)) == 0
+
+
+def test_each_unit_runs_inside_its_tenant_and_leaves_it_after(inline_ctx, controlled):
+    from tenancy.context import current_tenant_id
+
+    seen = {}
+    controlled.during = lambda unit: seen.__setitem__(unit.key, current_tenant_id())
+    controlled.failing = {"k2"}
+
+    runner.start("tests.controlled", {"units": 3, "tenants": True}, "test")
+
+    assert seen == {"k1": 1, "k2": 2, "k3": 3}
+    assert current_tenant_id() is None  # left even after a failure

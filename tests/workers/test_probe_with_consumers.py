@@ -49,3 +49,19 @@ def assert_nowhere_in_database(needle: str) -> None:
         for row in rows:
             assert needle not in repr(tuple(row)), f"{needle!r} found in {table.name}"
     db.session.execute(text("SELECT 1"))
+
+
+def test_four_workers_finishing_together_close_each_run_exactly_once(ctx, consumers):
+    consumers.start("tasks", workers=4)
+    # Four units of equal length on four workers: the last ones finish at the same moment.
+    handles = [runner.start("diagnostics.probe", {"units": 4, "sleep_ms": 300}, "test")
+               for _ in range(8)]
+
+    for handle in handles:
+        wait_for(lambda h=handle: run_status(h.uuid) != "running", timeout=60,
+                 message="run to close")
+    for handle in handles:
+        run = ledger.get_run(handle.uuid)
+        assert (run.status, run.units_completed) == ("completed", 4)
+        assert ledger.count_events("tasks.run.completed", run) == 1
+        assert ledger.count_events("tasks.run.failed", run) == 0

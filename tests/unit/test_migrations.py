@@ -1,0 +1,42 @@
+"""Models and migrations never drift (checked on PostgreSQL)."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from flask_migrate import upgrade
+from sqlalchemy import create_engine, text
+
+from app import create_app
+from extensions import db
+from tests.conftest import PG_URL, ROOT, require_postgres
+
+DRIFT_DB = "taskledger_drift"
+
+
+def test_models_and_migrations_do_not_drift_on_postgresql():
+    require_postgres()
+    admin = create_engine(PG_URL.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {DRIFT_DB} WITH (FORCE)"))
+        conn.execute(text(f"CREATE DATABASE {DRIFT_DB}"))
+    url = PG_URL.rsplit("/", 1)[0] + f"/{DRIFT_DB}"
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "SECRET_KEY": "x", "TESTING": True})
+    try:
+        with app.app_context():
+            upgrade(directory=str(ROOT / "migrations"), revision="heads")
+            with db.engine.connect() as conn:
+                context = MigrationContext.configure(
+                    conn, opts={"compare_type": True,
+                                "include_object": _ours})
+                diff = compare_metadata(context, db.metadata)
+            db.engine.dispose()
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {DRIFT_DB} WITH (FORCE)"))
+        admin.dispose()
+    assert diff == []
+
+
+def _ours(obj, name, type_, reflected, compare_to):
+    return not (type_ == "table" and (name or "").startswith("huey_"))

@@ -1,0 +1,68 @@
+"""The monthly statements sweep: eligibility, idempotency, the command."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, select
+
+from extensions import db
+from payments.models import Statement
+from payments.statements import eligible_tenants, generate_statement
+from taskrunner.ledger import ledger
+from tenancy.models import Tenant
+
+
+def add_tenants(*specs: tuple[str, datetime]) -> list[int]:
+    tenants = [Tenant(name=f"t{i}", status=status, status_changed_at=changed)
+               for i, (status, changed) in enumerate(specs)]
+    db.session.add_all(tenants)
+    db.session.commit()
+    return [t.id for t in tenants]
+
+
+def test_only_tenants_in_standing_before_the_period_ended_are_eligible(ctx):
+    ids = add_tenants(
+        ("active", datetime(2026, 1, 5)),
+        ("past_due", datetime(2026, 9, 30)),
+        ("suspended", datetime(2026, 1, 5)),
+        ("active", datetime(2026, 10, 1)),  # joined after September ended
+        ("closed", datetime(2025, 1, 1)),
+    )
+
+    assert list(eligible_tenants("2026-09")) == [ids[0], ids[1]]
+
+
+def test_a_statement_is_generated_once_per_tenant_and_period(ctx):
+    first = generate_statement(42, "2026-10")
+    again = generate_statement(42, "2026-10")
+    other = generate_statement(42, "2026-11")
+
+    assert first.id == again.id and first.total_cents == again.total_cents
+    assert other.id != first.id
+    assert db.session.scalar(select(func.count()).select_from(Statement)) == 2
+
+
+def test_the_sweep_makes_one_statement_per_eligible_tenant_even_when_run_twice(inline_ctx, cli):
+    ids = add_tenants(*[("active", datetime(2026, 1, 1))] * 5,
+                      ("suspended", datetime(2026, 1, 1)))
+    runner = inline_ctx.test_cli_runner()
+
+    for _ in range(2):
+        result = runner.invoke(args=["payments", "generate-monthly-statements",
+                                     "--period", "2026-10"])
+        assert result.exit_code == 0, result.stderr
+        run = ledger.get_run(result.stdout.strip().splitlines()[-1])
+        assert (run.status, run.units_total, run.units_completed) == ("completed", 5, 5)
+
+    assert db.session.scalar(select(func.count()).select_from(Statement)) == 5
+    db.session.rollback()
+    units = ledger.units_of(run, limit=10)
+    assert {u["tenant_id"] for u in units} == set(ids[:5])
+
+
+def test_a_malformed_period_is_a_usage_error(cli):
+    result = cli.invoke(args=["payments", "generate-monthly-statements", "--period", "2026-13"])
+
+    assert result.exit_code == 2
+    assert "YYYY-MM" in result.stderr
