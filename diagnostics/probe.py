@@ -20,15 +20,19 @@ TYPE = "diagnostics.probe"
 FAKE_SECRET = "sk_live_PROBE_SECRET"
 FAKE_CARD = "4111 1111 1111 1111"
 
+
 class ProbeFailed(TaskReportableError):
     pass
+
 
 def _number(context: Mapping[str, Any], key: str) -> int:
     value = context.get(key) or 0
     return int(value)
 
+
 def unit_number(unit: TaskUnit) -> int:
     return int(unit.key.rsplit("-", 1)[1])
+
 
 class ProbeTask:
     def type(self) -> str:

@@ -18,6 +18,7 @@ def generate_monthly_statements(period: str) -> None:
         handle = start_monthly_statements(period, "cli")
     except StatementError as exc:
         raise click.BadParameter(str(exc), param_hint="--period") from None
-    click.echo(f"started payments.monthly_statements for {period}: {handle.units_total} units",
-               err=True)
+    click.echo(
+        f"started payments.monthly_statements for {period}: {handle.units_total} units", err=True
+    )
     click.echo(handle.uuid)

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from asyncrequests import platform as async_requests
 from database import is_sqlite
 from extensions import db
 from payments.models import Statement
@@ -20,7 +21,9 @@ from tenancy.context import require_tenant
 from tenancy.models import STANDING, Tenant
 
 TYPE = "payments.monthly_statements"
-PERIOD = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+# The async-request kind a tenant's API client polls for one statement.
+STATEMENT_KIND = "payments.statement"
+PERIOD = re.compile(r"(\d{4})-(0[1-9]|1[0-2])", re.ASCII)
 
 
 class StatementError(TaskReportableError):
@@ -28,8 +31,9 @@ class StatementError(TaskReportableError):
 
 
 def parse_period(period: str) -> date:
-    match = PERIOD.match(period or "")
-    if not match:
+    # fullmatch: "$" would let a trailing newline through, into a seven-character column.
+    match = PERIOD.fullmatch(period or "")
+    if not match or not 1 <= int(match[1]) <= 9998:
         raise StatementError(f"period must be YYYY-MM, not {period!r}")
     return date(int(match[1]), int(match[2]), 1)
 
@@ -77,6 +81,37 @@ def generate_statement(tenant_id: int, period: str) -> Statement:
     return statement
 
 
+def unit_key(tenant_id: int, period: str) -> str:
+    return f"tenant-{tenant_id}:{period}"
+
+
+def statement_result(statement: Statement) -> dict[str, Any]:
+    """What a tenant's async request shows of a finished statement."""
+    return {
+        "statement_id": statement.id,
+        "period": statement.period,
+        "total_cents": statement.total_cents,
+        "currency": statement.currency,
+        "download_path": f"/api/v1/statements/{statement.id}",
+    }
+
+
+def generate_for_tenant(tenant_id: int, period: str) -> None:
+    """The unit's work: the statement, then the tenant's pending request settled from it.
+
+    A failure fails the tenant's request with the redacted reason, and is raised
+    again so that the unit fails too.
+    """
+    try:
+        statement = generate_statement(tenant_id, period)
+        result = statement_result(statement)
+    except Exception as exc:
+        db.session.rollback()
+        async_requests.fail_pending(tenant_id, STATEMENT_KIND, period, exc)
+        raise
+    async_requests.complete_pending(tenant_id, STATEMENT_KIND, period, result)
+
+
 class MonthlyStatementsTask:
     def type(self) -> str:
         return TYPE
@@ -84,13 +119,13 @@ class MonthlyStatementsTask:
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         period = context["period"]
         for tenant_id in eligible_tenants(period, context.get("tenant_id")):
-            yield TaskUnit(f"tenant-{tenant_id}:{period}", tenant_id)
+            yield TaskUnit(unit_key(tenant_id, period), tenant_id)
 
     def make_job(self, unit: TaskUnit, context: Mapping[str, Any]) -> UnitJob:
         period = context["period"]
 
         def generate() -> None:
-            generate_statement(require_tenant(), period)
+            generate_for_tenant(require_tenant(), period)
 
         return generate
 

@@ -14,6 +14,7 @@ from taskrunner import runner
 from taskrunner.contract import TERMINAL_RUN, Refused
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
+from taskrunner.redaction import redact
 from taskrunner.reports import recent_runs, run_detail
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
@@ -47,6 +48,8 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
         handle = runner.start(type_, context, "cli")
     except Refused as exc:
         refuse(str(exc))
+    except Exception as exc:  # the wedge guard settled the run; the log has the traceback
+        refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"started {type_}: {handle.units_total} units", err=True)
     if wait:
         deadline = time.monotonic() + wait
@@ -100,9 +103,11 @@ def _print_detail(detail: dict[str, Any]) -> None:
     click.echo(f"initiator {detail['initiator']}")
     click.echo(f"started   {detail['started_at']}   finished {detail['finished_at'] or '-'}")
     click.echo(
-        "units     " + "  ".join(f"{name} {units[name]}" for name in
-                                 ("total", "pending", "running", "completed", "failed",
-                                  "skipped", "stale"))
+        "units     "
+        + "  ".join(
+            f"{name} {units[name]}"
+            for name in ("total", "pending", "running", "completed", "failed", "skipped", "stale")
+        )
     )
     for title, key in (("failed units", "failed_units"), ("stale units", "stale_units")):
         if detail[key]:
@@ -125,6 +130,8 @@ def retry_command(run_uuid: str, failed_only: bool) -> None:
         count = runner.retry(run_uuid, failed_only=failed_only)
     except Refused as exc:
         refuse(str(exc))
+    except Exception as exc:
+        refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"re-dispatched {count} units of run {run_uuid}")
 
 
@@ -143,8 +150,11 @@ def cancel_command(run_uuid: str) -> None:
 @click.option("--days", type=click.IntRange(min=0), help="Retention in days (default: config).")
 def prune_command(days: int | None) -> None:
     """Delete terminal runs older than the retention, and the queues' leftovers."""
-    count = runner.prune(days)
-    click.echo(f"pruned {count} runs")
+    report = runner.prune(days)
+    click.echo(
+        f"pruned {report.runs} runs ({report.units} units, {report.events} events, "
+        f"{report.actions} operator actions, {report.queue_keys} queue leftovers)"
+    )
 
 
 @tasks_cli.command("detect-stuck")

@@ -44,6 +44,10 @@ class TaskReportableError(TaskRunnerError):
     """An error whose message an operator may read (after the scrubber)."""
 
 
+class PermanentError(TaskReportableError):
+    """A failure no retry can fix: a single tracked job fails at once, its retries unspent."""
+
+
 class Refused(TaskRunnerError):
     """An operator request the ledger refuses: unknown run, nothing to retry."""
 
@@ -99,6 +103,41 @@ def start_run(
     from taskrunner.runner import start
 
     return start(type_or_definition, dict(context or {}), initiator)
+
+
+def unit_in_flight(type_: str, unit_key: str) -> bool:
+    """Whether a unit with this key is pending or running in a running run of ``type_``."""
+    from taskrunner.ledger import ledger
+
+    return ledger.unit_in_flight(type_, unit_key)
+
+
+def tracked_job(
+    name: str,
+    *,
+    unit: Callable[..., TaskUnit],
+    queue: str,
+    timeout: int,
+    retries: int = 0,
+    retry_delay: int = 0,
+    retry_backoff: float = 0,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a single tracked Huey job (SPEC §8): each attempt recorded on the ledger.
+
+    ``unit(*job_args)`` names the unit; Huey keeps the retries (with backoff); the run
+    is made on the first attempt and re-found on retries of the same dispatch.
+    """
+    from taskrunner.single import tracked_job as declare
+
+    return declare(
+        name,
+        unit=unit,
+        queue=queue,
+        timeout=timeout,
+        retries=retries,
+        retry_delay=retry_delay,
+        retry_backoff=retry_backoff,
+    )
 
 
 def bind_scrubber(scrubber: Callable[[str], str]) -> None:

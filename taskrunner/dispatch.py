@@ -10,6 +10,10 @@ import time
 from datetime import timedelta
 
 from flask import current_app
+from huey import Huey
+from huey.api import Task
+from huey.signals import SIGNAL_ENQUEUED
+from huey.storage import RedisStorage
 
 from tasks.queues import queues
 from taskrunner.contract import TaskOptions
@@ -50,14 +54,35 @@ def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
         ids = ledger.dispatch_batch(dispatch, after, chunk)
         if not ids:
             return sent
-        for unit_id in ids:
-            huey.enqueue(
-                wrapper.s(dispatch.run_id, unit_id, dispatch.token, horizon,
-                          id=task_id(unit_id, dispatch.token), timeout=options.timeout,
-                          expires=expires)
-            )
+        enqueue_many(huey, [
+            wrapper.s(dispatch.run_id, unit_id, dispatch.token, horizon,
+                      id=task_id(unit_id, dispatch.token), timeout=options.timeout,
+                      expires=expires)
+            for unit_id in ids
+        ])
         sent += len(ids)
         after = ids[-1]
+
+
+def enqueue_many(huey: Huey, tasks: list[Task]) -> None:
+    """Enqueue a chunk of tasks: one round trip on Redis, one enqueue per task elsewhere.
+
+    One LPUSH per task made dispatch a round trip per unit, slower than bare Huey's
+    own enqueue (bench/RESULTS.md); a consumer pops them in the same order as before.
+    """
+    storage = huey.storage
+    if huey.immediate or type(storage) is not RedisStorage or not tasks:
+        for task in tasks:
+            huey.enqueue(task)
+        return
+    messages = []
+    for task in tasks:
+        # What Huey.enqueue does per task, minus the write.
+        if task.expires:
+            task.resolve_expires(huey.utc)
+        huey._emit(SIGNAL_ENQUEUED, task)
+        messages.append(huey.serialize_task(task))
+    storage.conn.lpush(storage.queue_key, *messages)
 
 
 def revoke(units: list[tuple[int, str]], queue: str) -> None:

@@ -9,18 +9,19 @@ from __future__ import annotations
 import logging
 import time
 
+from flask import current_app
 from huey import signals
 from huey.exceptions import TaskTimeout
 
 from extensions import db
-from tasks.queues import queues
-from tasks.routing import job, on_signal
 from taskrunner import tenant_scope
 from taskrunner.dispatch import RUN_UNIT, enqueue_unit
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
+from tasks.queues import queues
+from tasks.routing import job, on_signal
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ def run_unit(run_id: int, unit_id: int, token: str, horizon: float) -> None:
     if options and options.rate_per_minute:
         # Raises RateLimitExceeded before the gate: Huey reschedules the job for the
         # next window without consuming a try, and the unit stays pending.
+        window = current_app.config["TASK_RUNNER_RATE_WINDOW_SECONDS"]
         queues().huey(options.queue).rate_limit(
-            f"task-runner.{info.type}", options.rate_per_minute, 60
+            f"task-runner.{info.type}", options.rate_per_minute, window
         ).acquire()
     claim = ledger.claim(unit_id, token)
     if claim is None:
@@ -82,12 +84,21 @@ def expired(signal: str, task, queue: str) -> None:
 
 @on_signal(signals.SIGNAL_INTERRUPTED)
 def handed_back(signal: str, task, queue: str) -> None:
-    """A consumer is stopping mid-unit: hand the unit back with a new job, lose nothing."""
+    """A consumer is stopping mid-unit: hand the unit back with a new job, lose nothing.
+
+    Huey's consumer answers SIGTERM by sending SIGTERM to its process workers; a worker
+    with a task in flight raises KeyboardInterrupt inside it and emits this signal in
+    that same worker process, after the job's app context was torn down (its open
+    transaction rolled back). The interrupt may land before the gate (the unit is
+    still pending with this job's token) or after the unit settled but before the run
+    was finalized: both are covered.
+    """
     if task.name != RUN_UNIT:
         return
     run_id, unit_id, token, horizon = task.args
     new_token = ledger.hand_back(unit_id, token)
     if new_token is None:
+        ledger.finalize(run_id)
         return
     definition = registry.find(ledger.run_info(run_id).type)
     if definition is not None:

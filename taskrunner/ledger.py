@@ -12,12 +12,24 @@ import json
 import uuid as uuid_lib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
-from sqlalchemy import and_, case, delete, exists, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
@@ -40,6 +52,56 @@ UNIT_COLUMNS = (
     "updated_at",
 )
 ACTIVE = tuple(str(s) for s in ACTIVE_UNIT)
+
+# The tracking wrapper's three statements per unit, built once as Core statements with
+# bound values: building ORM statements per unit cost more CPU than the database work
+# (bench/RESULTS.md, tracked completion against bare Huey doing the same statements).
+_units = TaskRunUnit.__table__
+_runs = TaskRun.__table__
+GATE = (
+    update(_units)
+    .where(
+        _units.c.id == bindparam("unit_id"),
+        _units.c.dispatch_token == bindparam("token"),
+        _units.c.status == str(UnitStatus.PENDING),
+        _units.c.deleted_at.is_(None),
+        exists().where(_runs.c.id == _units.c.task_run_id,
+                       _runs.c.status == str(RunStatus.RUNNING)),
+    )
+    .values(
+        status=str(UnitStatus.RUNNING), attempts=_units.c.attempts + 1,
+        started_at=bindparam("now"), heartbeat_at=bindparam("now"), finished_at=None,
+        stuck_notified_at=None, updated_at=bindparam("now"),
+    )
+    .returning(_units.c.task_run_id, _units.c.unit_key, _units.c.tenant_id, _units.c.attempts)
+)
+COMPLETE = (
+    update(_units)
+    .where(
+        _units.c.id == bindparam("unit_id"),
+        _units.c.dispatch_token == bindparam("token"),
+        _units.c.status == str(UnitStatus.RUNNING),
+    )
+    .values(status=str(UnitStatus.COMPLETED), finished_at=bindparam("now"),
+            updated_at=bindparam("now"), last_error=None)
+)
+# It walks ``ix_task_run_units_run_status`` backwards from the newest unit: units run
+# roughly in id order, so a live running or pending unit is met before the entries its
+# finished predecessors left in the index (dead until VACUUM). The ORDER BY on the
+# index's columns, with the run as a range rather than an equality, keeps PostgreSQL on
+# that index: with LIMIT 1 alone, misled by stale statistics, it walked the primary key
+# or the whole table (measured in bench/).
+ACTIVE_CHECK = (
+    select(_units.c.id)
+    .where(
+        _units.c.task_run_id >= bindparam("run_id"),
+        _units.c.task_run_id <= bindparam("run_id"),
+        _units.c.status.in_(ACTIVE),
+        _units.c.deleted_at.is_(None),
+    )
+    .order_by(_units.c.task_run_id.desc(), _units.c.status.desc(), _units.c.id.desc())
+    .limit(1)
+)
 
 
 def new_token() -> str:
@@ -78,6 +140,19 @@ class Dispatch:
     type: str
     token: str
     count: int
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """What one prune deleted; the uuids let the queues' leftovers of those runs go too."""
+
+    runs: int = 0
+    units: int = 0
+    events: int = 0
+    actions: int = 0
+    queue_keys: int = 0
+    run_uuids: list[str] = field(default_factory=list)
+    dispatch_uuids: list[str] = field(default_factory=list)
 
 
 def _chunks(items: Iterable[TaskUnit], size: int) -> Iterator[list[TaskUnit]]:
@@ -240,41 +315,19 @@ class TaskRunLedger(LedgerQueries):
 
     def claim(self, unit_id: int, token: str) -> Claim | None:
         """The gate: pending → running (+1 attempt) for the job holding the current token."""
-        now = utcnow()
-        run_is_running = exists().where(
-            TaskRun.id == TaskRunUnit.task_run_id, TaskRun.status == RunStatus.RUNNING
-        )
         with write_transaction(self.session):
-            row = self._gate(unit_id, token, now, run_is_running)
+            row = self.session.connection().execute(
+                GATE, {"unit_id": unit_id, "token": token, "now": utcnow()}
+            ).first()
         if row is None:
             return None
         run = self.run_info(row.task_run_id)
         return Claim(unit_id, run, TaskUnit(row.unit_key, row.tenant_id), row.attempts, token)
 
-    def _gate(self, unit_id: int, token: str, now: datetime, run_is_running: Any) -> Any:
-        return self.session.execute(
-            update(TaskRunUnit)
-            .where(
-                TaskRunUnit.id == unit_id,
-                TaskRunUnit.dispatch_token == token,
-                TaskRunUnit.status == UnitStatus.PENDING,
-                TaskRunUnit.deleted_at.is_(None),
-                run_is_running,
-            )
-            .values(
-                status=UnitStatus.RUNNING, attempts=TaskRunUnit.attempts + 1, started_at=now,
-                heartbeat_at=now, finished_at=None, stuck_notified_at=None, updated_at=now,
-            )
-            .returning(TaskRunUnit.task_run_id, TaskRunUnit.unit_key, TaskRunUnit.tenant_id,
-                       TaskRunUnit.attempts)
-        ).first()
-
     def complete(self, claim: Claim) -> bool:
-        now = utcnow()
         with write_transaction(self.session):
-            result = self.session.execute(
-                self._owned(claim).values(status=UnitStatus.COMPLETED, finished_at=now,
-                                          updated_at=now, last_error=None)
+            result = self.session.connection().execute(
+                COMPLETE, {"unit_id": claim.unit_id, "token": claim.token, "now": utcnow()}
             )
         return result.rowcount == 1
 
@@ -303,16 +356,22 @@ class TaskRunLedger(LedgerQueries):
             )
 
     def hand_back(self, unit_id: int, token: str) -> str | None:
-        """A running unit whose worker is stopping goes back to pending with a new token."""
+        """A unit whose worker is stopping goes back to pending with a new token.
+
+        Running (its job was interrupted) or still pending with this job's token (the
+        interrupt came before the gate): either way the job is gone and a new one is due.
+        A new episode starts, so a later stale state is notified again.
+        """
         new = new_token()
         now = utcnow()
         with write_transaction(self.session):
             result = self.session.execute(
                 update(TaskRunUnit)
                 .where(TaskRunUnit.id == unit_id, TaskRunUnit.dispatch_token == token,
-                       TaskRunUnit.status == UnitStatus.RUNNING)
+                       TaskRunUnit.status.in_(ACTIVE))
                 .values(status=UnitStatus.PENDING, dispatch_token=new, queued_at=now,
-                        heartbeat_at=None, updated_at=now)
+                        started_at=None, heartbeat_at=None, stuck_notified_at=None,
+                        updated_at=now)
             )
         return new if result.rowcount == 1 else None
 
@@ -333,21 +392,13 @@ class TaskRunLedger(LedgerQueries):
             TaskRunUnit.id == claim.unit_id,
             TaskRunUnit.dispatch_token == claim.token,
             TaskRunUnit.status == UnitStatus.RUNNING,
-        )
+        ).execution_options(synchronize_session=False)
 
     # -- finalization --------------------------------------------------------------
 
     def has_active_units(self, run_id: int) -> bool:
-        """An indexed existence check: its cost does not grow with the run."""
-        found = self.session.execute(
-            select(literal(1))
-            .where(
-                TaskRunUnit.task_run_id == run_id,
-                TaskRunUnit.status.in_(ACTIVE),
-                TaskRunUnit.deleted_at.is_(None),
-            )
-            .limit(1)
-        ).first()
+        """An indexed existence check (``ACTIVE_CHECK``): its cost does not grow with the run."""
+        found = self.session.connection().execute(ACTIVE_CHECK, {"run_id": run_id}).first()
         self.session.rollback()
         return found is not None
 
@@ -459,6 +510,11 @@ class TaskRunLedger(LedgerQueries):
         token = new_token()
         with self._transition():
             run = self.get_run(run_uuid)
+            if (run.context or {}).get("dispatch_uuid"):
+                raise Refused(
+                    f"run {run.uuid} is a single tracked job ({run.type}); its retries "
+                    "belong to its own queue, not to tasks retry"
+                )
             if registry.find(run.type) is None:
                 raise Refused(
                     f"run {run.uuid} is of type {run.type!r}, which is not a registered task "
@@ -532,33 +588,89 @@ class TaskRunLedger(LedgerQueries):
                                         source=source, address=address, detail=detail))
 
     def prune(
-        self, older_than: datetime, actor: str, source: str, address: str | None,
-        batch_size: int = 500,
-    ) -> int:
-        """Delete terminal runs finished before ``older_than``, a batch per transaction."""
-        pruned = 0
+        self, older_than: datetime, run_batch: int = 100, row_batch: int = 5000,
+    ) -> PruneReport:
+        """Delete terminal runs finished before ``older_than`` with their rows, in batches.
+
+        Each batch of runs is first hidden (soft-deleted, only if still terminal and old),
+        so an operator cannot reopen a run half-deleted; its units, events and actions
+        then go in short transactions of at most ``row_batch`` rows, the runs last. A
+        prune that dies midway is finished by the next one (hidden runs still match).
+        """
+        report = PruneReport()
+        old_enough = and_(TaskRun.status.in_([str(s) for s in TERMINAL_RUN]),
+                          TaskRun.finished_at < older_than)
         while True:
             with write_transaction(self.session):
-                ids = list(
-                    self.session.execute(
-                        select(TaskRun.id)
-                        .where(TaskRun.status.in_([str(s) for s in TERMINAL_RUN]),
-                               TaskRun.finished_at < older_than)
-                        .order_by(TaskRun.id)
-                        .limit(batch_size)
-                    ).scalars()
-                )
+                rows = self.session.execute(
+                    select(TaskRun.id, TaskRun.uuid, TaskRun.context)
+                    .where(old_enough).order_by(TaskRun.id).limit(run_batch)
+                ).all()
+                ids = [row.id for row in rows]
                 if ids:
-                    for table in (OutboxEvent, OperatorAction, TaskRunUnit):
-                        self.session.execute(delete(table).where(table.task_run_id.in_(ids)))
-                    self.session.execute(delete(TaskRun).where(TaskRun.id.in_(ids)))
+                    self.session.execute(
+                        update(TaskRun).where(TaskRun.id.in_(ids), TaskRun.deleted_at.is_(None))
+                        .values(deleted_at=utcnow())
+                        .execution_options(synchronize_session=False)
+                    )
             if not ids:
-                break
-            pruned += len(ids)
+                return report
+            report.units += self._delete_rows_of(TaskRunUnit, ids, row_batch)
+            report.events += self._delete_rows_of(OutboxEvent, ids, row_batch)
+            report.actions += self._delete_rows_of(OperatorAction, ids, row_batch)
+            with write_transaction(self.session):
+                self.session.execute(
+                    delete(TaskRun).where(TaskRun.id.in_(ids))
+                    .execution_options(synchronize_session=False)
+                )
+            report.runs += len(ids)
+            report.run_uuids.extend(row.uuid for row in rows)
+            report.dispatch_uuids.extend(
+                str(row.context["dispatch_uuid"]) for row in rows
+                if isinstance(row.context, dict) and row.context.get("dispatch_uuid")
+            )
+
+    def _delete_rows_of(self, model: Any, run_ids: list[int], row_batch: int) -> int:
+        deleted = 0
+        while True:
+            with write_transaction(self.session):
+                chunk = list(self.session.execute(
+                    select(model.id).where(model.task_run_id.in_(run_ids)).limit(row_batch)
+                ).scalars())
+                if chunk:
+                    self.session.execute(
+                        delete(model).where(model.id.in_(chunk))
+                        .execution_options(synchronize_session=False)
+                    )
+            if not chunk:
+                return deleted
+            deleted += len(chunk)
+
+    def record_prune(self, report: PruneReport, older_than: datetime, actor: str, source: str,
+                     address: str | None) -> None:
+        """What a prune deleted, as an operator action (it outlives the runs it names)."""
         with write_transaction(self.session):
             self._record_action(None, "prune", actor, source, address,
-                                {"runs": pruned, "older_than": iso(older_than)})
-        return pruned
+                                {"runs": report.runs, "units": report.units,
+                                 "events": report.events, "actions": report.actions,
+                                 "queue_keys": report.queue_keys,
+                                 "older_than": iso(older_than)})
+
+    def live_unit_tokens(self, pairs: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:
+        """Which (unit id, dispatch token) pairs still name an active unit's current job."""
+        wanted = list(pairs)
+        live: set[tuple[int, str]] = set()
+        for start in range(0, len(wanted), 1000):
+            chunk = wanted[start:start + 1000]
+            rows = self.session.execute(
+                select(TaskRunUnit.id, TaskRunUnit.dispatch_token)
+                .where(TaskRunUnit.id.in_([unit_id for unit_id, _ in chunk]),
+                       TaskRunUnit.status.in_(ACTIVE))
+            ).all()
+            current = {(row.id, row.dispatch_token) for row in rows}
+            live.update(pair for pair in chunk if pair in current)
+        self.session.rollback()
+        return live
 
     # -- stale units -----------------------------------------------------------------
 
@@ -568,17 +680,23 @@ class TaskRunLedger(LedgerQueries):
         lost = now - timedelta(seconds=3 * config["TASK_RUNNER_HEARTBEAT_SECONDS"])
         default_minutes = config["TASK_RUNNER_STUCK_AFTER_MINUTES"]
         horizon_minutes = config["TASK_RUNNER_RETRY_HORIZON_HOURS"] * 60
+        # A deployment may flag lost queued jobs sooner than running ones (0: same threshold).
+        never_seconds = config.get("TASK_RUNNER_NEVER_STARTED_SECONDS") or 0
         long_whens, never_whens = [], []
+        # Correlated to the unit only: a caller joining task_runs must not empty its FROM.
         run_type = select(TaskRun.type).where(TaskRun.id == TaskRunUnit.task_run_id)
-        run_type = run_type.scalar_subquery()
+        run_type = run_type.correlate(TaskRunUnit).scalar_subquery()
         for definition in registry.definitions():
             options = definition.options()
             minutes = options.stuck_after_minutes or default_minutes
             pending_minutes = max(minutes, horizon_minutes) if options.rate_per_minute else minutes
             long_whens.append((run_type == definition.type(), now - timedelta(minutes=minutes)))
-            never_whens.append(
-                (run_type == definition.type(), now - timedelta(minutes=pending_minutes))
+            never_after = (
+                timedelta(seconds=never_seconds)
+                if never_seconds and not options.rate_per_minute
+                else timedelta(minutes=pending_minutes)
             )
+            never_whens.append((run_type == definition.type(), now - never_after))
         default_cutoff = now - timedelta(minutes=default_minutes)
         long_cutoff = case(*long_whens, else_=default_cutoff) if long_whens else default_cutoff
         never_cutoff = case(*never_whens, else_=default_cutoff) if never_whens else default_cutoff
@@ -594,24 +712,68 @@ class TaskRunLedger(LedgerQueries):
 
     def mark_stuck(self, limit: int = 1000) -> int:
         """The stuck sweep: emit ``tasks.unit.stuck`` once per stale episode."""
+        total = 0
+        while True:
+            count = self._mark_stuck_batch(limit)
+            total += count
+            if count < limit:
+                self.close_settled_runs()
+                return total
+
+    def close_settled_runs(self, limit: int = 100) -> list[str]:
+        """Close running runs whose units all settled but whose close never happened.
+
+        The worker that settled the last unit died, or lost the database, between that
+        commit and the finalization: no unit is stale, nothing is left to retry, and
+        without this the run would stay running forever. Runs younger than a lost
+        worker's interval are left to their own finalization.
+        """
         now = utcnow()
-        reason = self.stale_reason_expr(now).label("reason")
+        grace = timedelta(seconds=3 * current_app.config["TASK_RUNNER_HEARTBEAT_SECONDS"])
+        active = exists().where(
+            TaskRunUnit.task_run_id == TaskRun.id,
+            TaskRunUnit.status.in_(ACTIVE),
+            TaskRunUnit.deleted_at.is_(None),
+        )
+        settled = self.session.execute(
+            select(TaskRun.id, TaskRun.uuid)
+            .where(TaskRun.status == RunStatus.RUNNING, TaskRun.deleted_at.is_(None),
+                   TaskRun.started_at < now - grace, ~active)
+            .order_by(TaskRun.id)
+            .limit(limit)
+        ).all()
+        self.session.rollback()
+        return [row.uuid for row in settled if self.finalize(row.id) is not None]
+
+    def _mark_stuck_batch(self, limit: int) -> int:
+        now = utcnow()
+        reason_expr = self.stale_reason_expr(now)
         with self._transition() as outbox:
-            rows = self.session.execute(
+            # The reason is filtered in SQL: a huge run's healthy pending units must not
+            # fill the batch and hide the stale ones behind them.
+            stale = self.session.execute(
                 select(TaskRunUnit.id, TaskRunUnit.unit_key, TaskRunUnit.tenant_id,
-                       TaskRun.id.label("run_id"), TaskRun.uuid, TaskRun.type, reason)
+                       TaskRun.id.label("run_id"), TaskRun.uuid, TaskRun.type,
+                       reason_expr.label("reason"))
                 .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
                 .where(TaskRunUnit.status.in_(ACTIVE), TaskRunUnit.stuck_notified_at.is_(None),
-                       TaskRunUnit.deleted_at.is_(None), TaskRun.status == RunStatus.RUNNING)
+                       TaskRunUnit.deleted_at.is_(None), TaskRun.status == RunStatus.RUNNING,
+                       reason_expr.is_not(None))
+                .order_by(TaskRunUnit.id)
                 .limit(limit)
             ).all()
-            stale = [row for row in rows if row.reason is not None]
             if stale:
-                self.session.execute(
+                # A concurrent sweep may have marked some first: only what this one marked
+                # is notified, so an episode gets exactly one event.
+                marked = set(self.session.execute(
                     update(TaskRunUnit)
-                    .where(TaskRunUnit.id.in_([row.id for row in stale]))
+                    .where(TaskRunUnit.id.in_([row.id for row in stale]),
+                           TaskRunUnit.stuck_notified_at.is_(None))
                     .values(stuck_notified_at=now)
-                )
+                    .returning(TaskRunUnit.id)
+                    .execution_options(synchronize_session=False)
+                ).scalars())
+                stale = [row for row in stale if row.id in marked]
             for row in stale:
                 self._emit(outbox, ev.UnitStuck(row.uuid, row.type, row.unit_key, row.tenant_id,
                                                 row.reason), row.run_id)
@@ -641,6 +803,95 @@ class TaskRunLedger(LedgerQueries):
             self._emit(outbox, ev.UnitFailed(info.uuid, info.type, row.unit_key, row.tenant_id,
                                              row.attempts, reason), run_id)
         return run_id
+
+    # -- single tracked jobs (SPEC §8) -------------------------------------------------
+
+    def begin_single_attempt(
+        self, type_: str, unit: TaskUnit, dispatch_uuid: str, initiator: str
+    ) -> Claim | None:
+        """One attempt of a single tracked job: its run and unit, made on the first one.
+
+        Retries of one dispatch carry the same Huey task id (``context.dispatch_uuid``)
+        and re-find their run; another dispatch of the same key opens its own. Each
+        attempt takes the unit (pending, or running if the previous attempt's worker
+        died) with a fresh token and one more attempt. None: the dispatch already
+        settled or was cancelled, so this delivery does nothing.
+        """
+        token = new_token()
+        with self._transition() as outbox:
+            now = utcnow()
+            run = self.session.execute(
+                select(TaskRun).where(
+                    TaskRun.type == type_,
+                    TaskRun.context["dispatch_uuid"].as_string() == dispatch_uuid,
+                )
+            ).scalar_one_or_none()
+            if run is None:
+                run = TaskRun(type=type_, status=RunStatus.RUNNING, initiator=initiator,
+                              context={"dispatch_uuid": dispatch_uuid}, started_at=now,
+                              units_total=1, created_by=initiator, updated_by=initiator)
+                self.session.add(run)
+                self.session.flush()
+                self._insert_units(run.id, [unit], token, now)
+                self._emit(outbox, ev.RunStarted(run.uuid, type_, initiator, 1), run.id)
+            elif run.status != RunStatus.RUNNING:
+                return None
+            row = self.session.execute(
+                update(TaskRunUnit)
+                .where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.status.in_(ACTIVE),
+                       TaskRunUnit.deleted_at.is_(None))
+                .values(status=UnitStatus.RUNNING, dispatch_token=token,
+                        attempts=TaskRunUnit.attempts + 1, started_at=now, heartbeat_at=now,
+                        finished_at=None, stuck_notified_at=None, updated_at=now)
+                .returning(TaskRunUnit.id, TaskRunUnit.attempts)
+                .execution_options(synchronize_session=False)
+            ).first()
+            if row is None:
+                return None
+            info = RunInfo(run.id, run.uuid, run.type, dict(run.context or {}))
+        return Claim(row.id, info, unit, row.attempts, token)
+
+    def release_attempt(self, claim: Claim, reason: str) -> bool:
+        """An attempt failed and Huey will retry it: pending again, its reason kept."""
+        now = utcnow()
+        with write_transaction(self.session):
+            result = self.session.execute(
+                self._owned(claim).values(status=UnitStatus.PENDING, last_error=reason,
+                                          queued_at=now, heartbeat_at=None, updated_at=now)
+            )
+        return result.rowcount == 1
+
+    def release_interrupted_single(self, type_: str, dispatch_uuid: str) -> bool:
+        """A consumer stopped mid-attempt and the job is enqueued again: pending, not lost."""
+        now = utcnow()
+        with write_transaction(self.session):
+            run_id = self.session.execute(
+                select(TaskRun.id).where(
+                    TaskRun.type == type_, TaskRun.status == RunStatus.RUNNING,
+                    TaskRun.context["dispatch_uuid"].as_string() == dispatch_uuid,
+                )
+            ).scalar_one_or_none()
+            if run_id is None:
+                return False
+            result = self.session.execute(
+                update(TaskRunUnit)
+                .where(TaskRunUnit.task_run_id == run_id,
+                       TaskRunUnit.status == UnitStatus.RUNNING)
+                .values(status=UnitStatus.PENDING, queued_at=now, heartbeat_at=None,
+                        stuck_notified_at=None, updated_at=now)
+                .execution_options(synchronize_session=False)
+            )
+        return result.rowcount == 1
+
+    def single_runs(self, type_: str, unit_key: str) -> list[TaskRun]:
+        """Runs of one single tracked job's key, oldest first (one per dispatch)."""
+        return list(self.session.execute(
+            select(TaskRun)
+            .join(TaskRunUnit, TaskRunUnit.task_run_id == TaskRun.id)
+            .where(TaskRun.type == type_, TaskRunUnit.unit_key == unit_key,
+                   TaskRun.deleted_at.is_(None))
+            .order_by(TaskRun.id)
+        ).scalars())
 
     # -- reads -----------------------------------------------------------------------
 
@@ -721,6 +972,25 @@ class TaskRunLedger(LedgerQueries):
         if run is not None:
             stmt = stmt.where(OutboxEvent.task_run_id == run.id)
         return self.session.execute(stmt).scalar_one()
+
+    # -- consumers' questions (through the contract) ------------------------------------
+
+    def unit_in_flight(self, type_: str, unit_key: str) -> bool:
+        """Whether a unit with this key is pending or running in a running run of this type."""
+        found = self.session.execute(
+            select(literal(1))
+            .select_from(TaskRunUnit)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRunUnit.unit_key == unit_key,
+                TaskRunUnit.status.in_(ACTIVE),
+                TaskRunUnit.deleted_at.is_(None),
+                TaskRun.type == type_,
+                TaskRun.status == RunStatus.RUNNING,
+            )
+            .limit(1)
+        ).first()
+        return found is not None
 
 
 _RUN_INFO: dict[int, RunInfo] = {}

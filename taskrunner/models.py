@@ -115,9 +115,7 @@ class OutboxEvent(db.Model):
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     event_id: Mapped[str] = mapped_column(String(36), unique=True, default=new_uuid)
     name: Mapped[str] = mapped_column(String(64))
-    task_run_id: Mapped[int | None] = mapped_column(
-        ForeignKey("task_runs.id", ondelete="CASCADE")
-    )
+    task_run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="CASCADE"))
     payload: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     delivered_at: Mapped[datetime | None]

@@ -14,8 +14,8 @@ from flask import current_app
 
 from database import utcnow
 from taskrunner import dispatch as dispatching
-from taskrunner.contract import RunHandle, RunStatus, TaskDefinition, TaskOptions
-from taskrunner.ledger import Dispatch, ledger
+from taskrunner.contract import Refused, RunHandle, RunStatus, TaskDefinition, TaskOptions
+from taskrunner.ledger import Dispatch, PruneReport, ledger
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
 
@@ -67,11 +67,13 @@ def _dispatch_or_settle(dispatch: Dispatch, options: TaskOptions) -> None:
         raise
 
 
-def retry(run_uuid: str, failed_only: bool = False, actor: Actor = CLI,
-          stale_only: bool = False) -> int:
+def retry(
+    run_uuid: str, failed_only: bool = False, actor: Actor = CLI, stale_only: bool = False
+) -> int:
     """Re-dispatch a run's failed, pending and stale units; return how many."""
-    dispatch = ledger.reopen_for_retry(run_uuid, failed_only, actor.name, actor.source,
-                                       actor.address, stale_only=stale_only)
+    dispatch = ledger.reopen_for_retry(
+        run_uuid, failed_only, actor.name, actor.source, actor.address, stale_only=stale_only
+    )
     _dispatch_or_settle(dispatch, registry.get(dispatch.type).options())
     return dispatch.count
 
@@ -86,9 +88,29 @@ def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     return skipped
 
 
-def prune(days: int | None = None, actor: Actor = CLI) -> int:
-    """Delete terminal runs older than the retention; return how many."""
+def prune(days: int | None = None, actor: Actor = CLI) -> PruneReport:
+    """Delete terminal runs older than the retention and the queues' leftovers; record it."""
+    from taskrunner.queue_leftovers import clear_leftovers
+
     if days is None:
         days = current_app.config["TASK_RUNNER_RETENTION_DAYS"]
-    return ledger.prune(utcnow() - timedelta(days=days), actor.name, actor.source,
-                        actor.address)
+    older_than = utcnow() - timedelta(days=days)
+    report = ledger.prune(older_than)
+    report.queue_keys = clear_leftovers(report.run_uuids, report.dispatch_uuids)
+    ledger.record_prune(report, older_than, actor.name, actor.source, actor.address)
+    return report
+
+
+def retry_stale(actor: Actor = CLI) -> tuple[int, list[str]]:
+    """Retry the stale units of every running run; return (units, refusals an operator reads)."""
+    retried, refusals = 0, []
+    for run_uuid, type_, _count in ledger.stale_counts_by_run():
+        if registry.find(type_) is None:
+            refusals.append(f"run {run_uuid} ({type_}) is not a registered task type")
+            continue
+        try:
+            retried += retry(run_uuid, actor=actor, stale_only=True)
+        except Refused as exc:
+            # Another operator or the run itself moved on since the count was read.
+            refusals.append(str(exc))
+    return retried, refusals

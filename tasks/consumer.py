@@ -4,6 +4,7 @@ Importing it builds the app from the environment (which imports every job
 module) and exposes one Huey instance per queue.
 """
 
+import importlib
 import logging
 import os
 
@@ -17,6 +18,10 @@ logging.basicConfig(
 logging.getLogger("huey").propagate = False
 
 app = create_app()
+# Extra modules whose ``init_app(app)`` registers more task types in this process (a
+# deployment's plug-ins, or the task types a test declares): comma-separated names.
+for _name in filter(None, os.environ.get("TASKLEDGER_EXTRA_MODULES", "").split(",")):
+    importlib.import_module(_name.strip()).init_app(app)
 _queues = app.extensions["queues"]
 
 default = _queues.huey("default")

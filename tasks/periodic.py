@@ -22,6 +22,7 @@ def relay_events() -> None:
         logger.info("Relayed %d undelivered events", count)
 
 
+# SPEC §10: every few minutes, hourly at most (a lost worker is found in minutes).
 @periodic("taskrunner.detect_stuck", crontab(minute="*/5"), timeout=300)
 def detect_stuck() -> None:
     """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""
@@ -32,10 +33,13 @@ def detect_stuck() -> None:
 
 @periodic("taskrunner.prune", crontab(minute="17", hour="3"), timeout=1800)
 def prune() -> None:
-    """Daily: delete terminal runs older than the retention."""
-    from taskrunner.runner import Actor, prune as prune_runs
+    """Daily: delete terminal runs older than the retention, and the queues' leftovers."""
+    from taskrunner.runner import Actor
+    from taskrunner.runner import prune as prune_runs
 
-    prune_runs(actor=Actor("schedule"))
+    report = prune_runs(actor=Actor("schedule"))
+    logger.info("Pruned %d runs, %d units, %d queue leftovers", report.runs, report.units,
+                report.queue_keys)
 
 
 @periodic("payments.monthly_statements", crontab(minute="0", hour="2", day="1"), timeout=600)
@@ -47,3 +51,21 @@ def monthly_statements() -> None:
 
     last_month = date.today().replace(day=1) - timedelta(days=1)
     start_monthly_statements(last_month.strftime("%Y-%m"), "schedule")
+
+
+@periodic("asyncrequests.prune", crontab(minute="37", hour="3"), timeout=300)
+def prune_async_requests() -> None:
+    """Daily: delete tenants' async requests older than their own retention (not the ledger's)."""
+    from asyncrequests.retention import prune as prune_requests
+
+    count = prune_requests()
+    if count:
+        logger.info("Pruned %d async requests", count)
+
+
+@periodic("coursebuilder.recover", crontab(minute="*/5"), timeout=300)
+def recover_builder_runs() -> None:
+    """Queue again the course-builder steps whose job or worker was lost."""
+    from coursebuilder.service import recover
+
+    recover()

@@ -80,6 +80,7 @@ class Queues:
                     name=spec.name,
                     retries=spec.retries,
                     retry_delay=spec.retry_delay,
+                    retry_backoff=spec.retry_backoff,
                     timeout=spec.timeout,
                     context=True,
                 )(self._in_app_context(spec.fn, spec.wants_task))

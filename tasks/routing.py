@@ -13,21 +13,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 QUEUE_NAMES = ("default", "tasks", "builder", "long-job")
+PERIODIC_QUEUE = "default"  # periodic tasks are registered, and scheduled, here only
 
 
 @dataclass(frozen=True)
 class QueueSpec:
     name: str
     worker_type: str  # "process" enforces timeouts; "thread" only checks cooperatively
-    workers: int
+    workers: int  # per-queue mode: worker processes of this queue's consumer
     max_timeout: int  # the longest job timeout this queue's consumer is sized for
+    lane: str  # lean mode: the one worker process that serves this queue with others
+    # How a deploy stops this queue's consumer: "graceful" (SIGINT, running jobs finish,
+    # waiting up to max_timeout) or "hand-back" (SIGTERM, running jobs are put back).
+    stop: str
+
+    @property
+    def enforces_timeouts(self) -> bool:
+        return self.worker_type in ("process", "greenlet")
 
 
+# Short jobs share the "short" lane in lean mode; builder steps (up to 30 min) and long
+# jobs (up to 5 h) share the "long" lane, so a long job never holds up a short one.
+# A builder step is stopped gracefully: handing it back would pay for its model call twice.
 QUEUES: dict[str, QueueSpec] = {
-    "default": QueueSpec("default", "process", 2, 300),
-    "tasks": QueueSpec("tasks", "process", 2, 900),
-    "builder": QueueSpec("builder", "process", 2, 1800),
-    "long-job": QueueSpec("long-job", "process", 1, 18000),
+    "default": QueueSpec("default", "process", 2, 1800, "short", "hand-back"),
+    "tasks": QueueSpec("tasks", "process", 2, 900, "short", "hand-back"),
+    "builder": QueueSpec("builder", "process", 2, 1800, "long", "graceful"),
+    "long-job": QueueSpec("long-job", "process", 1, 18000, "long", "hand-back"),
 }
 
 
@@ -41,6 +53,7 @@ class JobSpec:
     retry_delay: int = 0
     stuck_after_minutes: int | None = None
     wants_task: bool = False
+    retry_backoff: float = 0  # each retry's delay is the previous one times this
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,7 @@ def job(
     retry_delay: int = 0,
     stuck_after_minutes: int | None = None,
     wants_task: bool = False,
+    retry_backoff: float = 0,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a Huey job: its name, queue and timeout (the route)."""
     if queue is not None and queue not in QUEUES:
@@ -77,7 +91,15 @@ def job(
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         routes.jobs[name] = JobSpec(
-            name, fn, queue, timeout, retries, retry_delay, stuck_after_minutes, wants_task
+            name,
+            fn,
+            queue,
+            timeout,
+            retries,
+            retry_delay,
+            stuck_after_minutes,
+            wants_task,
+            retry_backoff,
         )
         return fn
 

@@ -1,4 +1,11 @@
-"""``flask workers``: start the Huey consumers the routing table needs."""
+"""``flask workers``: start the Huey consumers the routing table needs.
+
+``per-queue`` (production): one ``huey_consumer`` per queue, with the worker
+type and count of ``QUEUES``. ``lean`` (development, the demo): one consumer
+process for every queue, with one process worker per lane (``tasks.lean``).
+Both keep process workers, so job timeouts stay hard, and both run the
+periodic tasks on one consumer only.
+"""
 
 from __future__ import annotations
 
@@ -7,44 +14,109 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import click
 
-from tasks.routing import QUEUE_NAMES, QUEUES
+from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES
 
-CONSUMER_ATTR = {"default": "default", "tasks": "tasks", "builder": "builder",
-                 "long-job": "long_job"}
+CONSUMER_ATTR = {name: name.replace("-", "_") for name in QUEUE_NAMES}
+
+
+@dataclass(frozen=True)
+class ConsumerPlan:
+    """One consumer process to start: the queues it serves and its command line."""
+
+    name: str
+    queues: tuple[str, ...]
+    periodic: bool
+    command: tuple[str, ...]
 
 
 def consumer_command(queue: str, workers: int | None = None, periodic: bool = False) -> list[str]:
     """The ``huey_consumer`` command line that serves one queue."""
     spec = QUEUES[queue]
     command = [
-        sys.executable, "-m", "huey.bin.huey_consumer", f"tasks.consumer.{CONSUMER_ATTR[queue]}",
-        "-k", spec.worker_type, "-w", str(workers or spec.workers), "-d", "0.1", "-m", "1.0",
+        sys.executable,
+        "-m",
+        "huey.bin.huey_consumer",
+        f"tasks.consumer.{CONSUMER_ATTR[queue]}",
+        "-k",
+        spec.worker_type,
+        "-w",
+        str(workers or spec.workers),
+        "-d",
+        "0.1",
+        "-m",
+        "1.0",
     ]
     if not periodic:
         command.append("-n")
     return command
 
 
-@click.command("workers")
-@click.option("--mode", type=click.Choice(["lean", "per-queue"]), default="per-queue",
-              show_default=True)
-@click.option("--queue", "only", multiple=True, type=click.Choice(QUEUE_NAMES),
-              help="Serve only these queues (repeatable).")
-@click.option("--no-periodic", is_flag=True, help="Do not run periodic tasks here.")
-def workers_command(mode: str, only: tuple[str, ...], no_periodic: bool) -> None:
-    """Start one consumer per queue; periodic tasks on the default queue's consumer only."""
-    queues = only or QUEUE_NAMES
-    processes = []
-    for queue in queues:
-        command = consumer_command(
-            queue, 1 if mode == "lean" else None,
-            periodic=(queue == "default" and not no_periodic),
+def lanes(queues: Sequence[str]) -> list[tuple[str, ...]]:
+    """The lean lanes of these queues, in routing-table order."""
+    grouped: dict[str, list[str]] = {}
+    for queue in QUEUE_NAMES:
+        if queue in queues:
+            grouped.setdefault(QUEUES[queue].lane, []).append(queue)
+    return [tuple(lane) for lane in grouped.values()]
+
+
+def plan(
+    mode: str, queues: Sequence[str] = QUEUE_NAMES, periodic: bool = True
+) -> list[ConsumerPlan]:
+    """The consumers ``flask workers`` starts for a mode and a set of queues."""
+    queues = [q for q in QUEUE_NAMES if q in queues]
+    if mode == "per-queue":
+        return [
+            ConsumerPlan(
+                queue,
+                (queue,),
+                periodic and queue == PERIODIC_QUEUE,
+                tuple(consumer_command(queue, periodic=periodic and queue == PERIODIC_QUEUE)),
+            )
+            for queue in queues
+        ]
+    if mode == "lean":
+        with_periodic = periodic and PERIODIC_QUEUE in queues
+        command = [sys.executable, "-m", "tasks.lean"]
+        for lane in lanes(queues):
+            command += ["--lane", ",".join(lane)]
+        if not with_periodic:
+            command.append("-n")
+        return (
+            [ConsumerPlan("lean", tuple(queues), with_periodic, tuple(command))] if queues else []
         )
-        click.echo(f"starting {queue}: {' '.join(command[2:])}", err=True)
-        processes.append(subprocess.Popen(command, env=os.environ.copy()))
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+@click.command("workers")
+@click.option(
+    "--mode", type=click.Choice(["lean", "per-queue"]), default="per-queue", show_default=True
+)
+@click.option(
+    "--queue",
+    "only",
+    multiple=True,
+    type=click.Choice(QUEUE_NAMES),
+    help="Serve only these queues (repeatable).",
+)
+@click.option("--no-periodic", is_flag=True, help="Do not run periodic tasks here.")
+@click.option("--dry-run", is_flag=True, help="Print the commands instead of running them.")
+def workers_command(mode: str, only: tuple[str, ...], no_periodic: bool, dry_run: bool) -> None:
+    """Start the Huey consumers; periodic tasks run on one consumer only."""
+    plans = plan(mode, only or QUEUE_NAMES, periodic=not no_periodic)
+    if dry_run:
+        for item in plans:
+            click.echo(" ".join(item.command[1:]))
+        return
+    processes = []
+    for item in plans:
+        click.echo(f"starting {item.name}: {' '.join(item.command[1:])}", err=True)
+        processes.append(subprocess.Popen(item.command, env=os.environ.copy()))
 
     def stop(signum, _frame):
         for process in processes:

@@ -23,6 +23,8 @@ SHARED_SETTINGS = (
     "TASK_RUNNER_RETRY_HORIZON_HOURS",
     "TASK_RUNNER_STUCK_AFTER_MINUTES",
     "TASK_RUNNER_HEARTBEAT_SECONDS",
+    "TASK_RUNNER_RATE_WINDOW_SECONDS",
+    "TASK_RUNNER_NEVER_STARTED_SECONDS",
     "TASK_RUNNER_RETENTION_DAYS",
     "TASK_RUNNER_DISPATCH_CHUNK",
     "LLM_DRIVER",
@@ -31,12 +33,17 @@ SHARED_SETTINGS = (
     "LLM_MODEL",
     "DOCUMENTS_PROVIDER_URL",
     "DOCUMENTS_PROVIDER_TOKEN",
+    "DOCUMENTS_PROVIDER_TIMEOUT_SECONDS",
 )
 ENV_NAME = {"SQLALCHEMY_DATABASE_URI": "DATABASE_URL"}
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1,
-             message: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -69,17 +76,42 @@ class Consumers:
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen] = []
 
-    def start(self, queue: str = "tasks", workers: int = 2, worker_type: str = "process",
-              periodic: bool = False, **env: str) -> subprocess.Popen:
+    def start(
+        self,
+        queue: str = "tasks",
+        workers: int = 2,
+        worker_type: str = "process",
+        periodic: bool = False,
+        **env: str,
+    ) -> subprocess.Popen:
         attr = queue.replace("-", "_")
-        command = [sys.executable, "-m", "huey.bin.huey_consumer", f"tasks.consumer.{attr}",
-                   "-k", worker_type, "-w", str(workers), "-d", "0.05", "-m", "0.5", "-b", "1.1"]
+        command = [
+            sys.executable,
+            "-m",
+            "huey.bin.huey_consumer",
+            f"tasks.consumer.{attr}",
+            "-k",
+            worker_type,
+            "-w",
+            str(workers),
+            "-d",
+            "0.05",
+            "-m",
+            "0.5",
+            "-b",
+            "1.1",
+        ]
         if not periodic:
             command.append("-n")
         log = open(self.log_dir / f"consumer-{len(self.processes)}-{queue}.log", "wb")
-        process = subprocess.Popen(command, cwd=ROOT, env=consumer_env(self.app, **env),
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=consumer_env(self.app, **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         process.log_path = log.name  # type: ignore[attr-defined]
         self.processes.append(process)
         return process
@@ -108,5 +140,7 @@ class Consumers:
                 self.kill(process)
 
     def logs(self) -> str:
-        return "\n".join(Path(p.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
-                         for p in self.processes)
+        return "\n".join(
+            Path(p.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
+            for p in self.processes
+        )

@@ -7,8 +7,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSUMERS = {
-    "payments", "documents", "coursebuilder", "asyncrequests", "tenancy", "dlp",
-    "diagnostics", "accounts", "blueprints", "demo",
+    "payments",
+    "documents",
+    "coursebuilder",
+    "asyncrequests",
+    "tenancy",
+    "dlp",
+    "diagnostics",
+    "accounts",
+    "blueprints",
+    "demo",
 }
 
 
@@ -44,8 +52,10 @@ def test_consumers_use_only_the_runners_public_contract():
         for path in (ROOT / package).rglob("*.py"):
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                    "taskrunner."
-                ) and node.module not in {"taskrunner.contract", "taskrunner.redaction"}:
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").startswith("taskrunner.")
+                    and node.module not in {"taskrunner.contract", "taskrunner.redaction"}
+                ):
                     internal.append(f"{path.relative_to(ROOT)}: {node.module}")
     assert internal == []

@@ -8,13 +8,23 @@ import pytest
 
 RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
 UNIT_COUNT_KEYS = {"total", "pending", "running", "completed", "failed", "skipped", "stale"}
-UNIT_KEYS = {"unit_key", "tenant_id", "status", "attempts", "last_error", "started_at",
-             "finished_at", "stale", "stale_reason"}
+UNIT_KEYS = {
+    "unit_key",
+    "tenant_id",
+    "status",
+    "attempts",
+    "last_error",
+    "started_at",
+    "finished_at",
+    "stale",
+    "stale_reason",
+}
 
 
 def start(cli, context: dict) -> str:
-    result = cli.invoke(args=["tasks", "start", "diagnostics.probe",
-                              "--context", json.dumps(context)])
+    result = cli.invoke(
+        args=["tasks", "start", "diagnostics.probe", "--context", json.dumps(context)]
+    )
     assert result.exit_code == 0, result.stderr
     return result.stdout.strip().splitlines()[-1]
 
@@ -33,15 +43,26 @@ def test_status_json_of_one_run_has_the_pinned_shape(inline_cli):
     data = json.loads(result.stdout)
     assert set(data) == RUN_KEYS | {"failed_units", "stale_units", "events"}
     assert set(data["units"]) == UNIT_COUNT_KEYS
-    assert data["units"] | {} == {"total": 6, "pending": 0, "running": 0, "completed": 4,
-                                  "failed": 2, "skipped": 0, "stale": 0}
+    assert data["units"] | {} == {
+        "total": 6,
+        "pending": 0,
+        "running": 0,
+        "completed": 4,
+        "failed": 2,
+        "skipped": 0,
+        "stale": 0,
+    }
     assert data["status"] == "completed_with_failures"
     assert [u["unit_key"] for u in data["failed_units"]] == ["probe-3", "probe-6"]
     assert all(set(u) == UNIT_KEYS for u in data["failed_units"])
     assert data["failed_units"][0]["last_error"] == "probe unit 3 failed"
     names = [e["name"] for e in data["events"]]
-    assert names == ["tasks.run.started", "tasks.unit.failed", "tasks.unit.failed",
-                     "tasks.run.failed"]
+    assert names == [
+        "tasks.run.started",
+        "tasks.unit.failed",
+        "tasks.unit.failed",
+        "tasks.run.failed",
+    ]
     assert all(set(e) == {"id", "name", "at", "payload"} for e in data["events"])
 
 
@@ -63,10 +84,17 @@ def test_start_prints_the_uuid_alone_on_its_last_line(inline_cli):
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["tasks", "start", "no.such.type"], 1, "error: task type 'no.such.type' is not registered"),
+        (
+            ["tasks", "start", "no.such.type"],
+            1,
+            "error: task type 'no.such.type' is not registered",
+        ),
         (["tasks", "status", "not-a-uuid"], 1, "error: no run not-a-uuid"),
-        (["tasks", "status", "00000000-0000-0000-0000-000000000000"], 1,
-         "error: no run 00000000-0000-0000-0000-000000000000"),
+        (
+            ["tasks", "status", "00000000-0000-0000-0000-000000000000"],
+            1,
+            "error: no run 00000000-0000-0000-0000-000000000000",
+        ),
         (["tasks", "retry", "garbage"], 1, "error: no run garbage"),
         (["tasks", "cancel", "garbage"], 1, "error: no run garbage"),
     ],

@@ -12,16 +12,21 @@ from taskrunner.models import TaskRunUnit
 
 
 def test_failing_units_are_contained_and_the_run_closes_with_failures(inline_ctx):
-    handle = runner.start("diagnostics.probe", {"units": 30, "fail_every": 7,
-                                                "vendor_fail_every": 5}, "test")
+    handle = runner.start(
+        "diagnostics.probe", {"units": 30, "fail_every": 7, "vendor_fail_every": 5}, "test"
+    )
 
     run = ledger.get_run(handle.uuid)
     assert run.status == "completed_with_failures"
     # 7, 14, 21, 28 fail as domain errors; 5, 10, 15, 20, 25, 30 as vendor errors.
     assert (run.units_total, run.units_completed, run.units_failed) == (30, 20, 10)
-    errors = dict(db.session.execute(
-        select(TaskRunUnit.unit_key, TaskRunUnit.last_error)
-        .where(TaskRunUnit.status == "failed")).all())
+    errors = dict(
+        db.session.execute(
+            select(TaskRunUnit.unit_key, TaskRunUnit.last_error).where(
+                TaskRunUnit.status == "failed"
+            )
+        ).all()
+    )
     assert errors["probe-7"] == "probe unit 7 failed"
     assert errors["probe-5"] == "unhandled sqlalchemy.exc.OperationalError — see logs"
     assert not any(FAKE_SECRET in e for e in errors.values())

@@ -10,7 +10,6 @@ from sqlalchemy import select
 from extensions import db
 from taskrunner import events, runner
 from taskrunner.contract import Refused
-from taskrunner.dispatch import RUN_UNIT
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
 from tasks.queues import queues
@@ -204,8 +203,9 @@ def test_finalize_called_concurrently_closes_once(ctx, controlled):
     assert ledger.count_events("tasks.run.completed", run) == 2  # the first close + this one
 
 
-def test_an_event_committed_but_not_delivered_is_delivered_by_the_relay(ctx, controlled,
-                                                                         monkeypatch):
+def test_an_event_committed_but_not_delivered_is_delivered_by_the_relay(
+    ctx, controlled, monkeypatch
+):
     received = []
     events.subscribe("tasks.run.completed", received.append)
     # The process "stops" right after the commit: nothing is delivered.
@@ -253,7 +253,8 @@ def test_a_dispatch_failure_after_commit_closes_the_run_and_raises(make_app, con
 def test_the_cli_reports_a_dispatch_failure_in_one_line(make_app, controlled):
     app = make_app(QUEUE_DRIVER="redis", REDIS_URL="redis://127.0.0.1:1/0")
     result = app.test_cli_runner().invoke(
-        args=["tasks", "start", "tests.controlled", "--context", '{"units": 2}'])
+        args=["tasks", "start", "tests.controlled", "--context", '{"units": 2}']
+    )
 
     assert result.exit_code == 1
     assert result.stderr.startswith("error: dispatch failed")

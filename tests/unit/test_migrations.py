@@ -11,7 +11,8 @@ from app import create_app
 from extensions import db
 from tests.conftest import PG_URL, ROOT, require_postgres
 
-DRIFT_DB = "taskledger_drift"
+# Its own scratch database, named after the test database so parallel suites never share it.
+DRIFT_DB = PG_URL.rsplit("/", 1)[1] + "_drift"
 
 
 def test_models_and_migrations_do_not_drift_on_postgresql():
@@ -27,8 +28,8 @@ def test_models_and_migrations_do_not_drift_on_postgresql():
             upgrade(directory=str(ROOT / "migrations"), revision="heads")
             with db.engine.connect() as conn:
                 context = MigrationContext.configure(
-                    conn, opts={"compare_type": True,
-                                "include_object": _ours})
+                    conn, opts={"compare_type": True, "include_object": _ours}
+                )
                 diff = compare_metadata(context, db.metadata)
             db.engine.dispose()
     finally:

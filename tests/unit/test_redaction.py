@@ -30,10 +30,14 @@ def test_an_exception_class_of_the_project_keeps_its_message():
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (OperationalError("SELECT secret", {"p": "sk_live_x"}, Exception("boom")),
-         "unhandled sqlalchemy.exc.OperationalError — see logs"),
-        (redis.exceptions.ConnectionError("redis://:pw@host"),
-         "unhandled redis.exceptions.ConnectionError — see logs"),
+        (
+            OperationalError("SELECT secret", {"p": "sk_live_x"}, Exception("boom")),
+            "unhandled sqlalchemy.exc.OperationalError — see logs",
+        ),
+        (
+            redis.exceptions.ConnectionError("redis://:pw@host"),
+            "unhandled redis.exceptions.ConnectionError — see logs",
+        ),
         (ValueError("https://api.example/?token=abc"), "unhandled builtins.ValueError — see logs"),
     ],
 )

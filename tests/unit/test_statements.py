@@ -14,8 +14,10 @@ from tenancy.models import Tenant
 
 
 def add_tenants(*specs: tuple[str, datetime]) -> list[int]:
-    tenants = [Tenant(name=f"t{i}", status=status, status_changed_at=changed)
-               for i, (status, changed) in enumerate(specs)]
+    tenants = [
+        Tenant(name=f"t{i}", status=status, status_changed_at=changed)
+        for i, (status, changed) in enumerate(specs)
+    ]
     db.session.add_all(tenants)
     db.session.commit()
     return [t.id for t in tenants]
@@ -44,13 +46,13 @@ def test_a_statement_is_generated_once_per_tenant_and_period(ctx):
 
 
 def test_the_sweep_makes_one_statement_per_eligible_tenant_even_when_run_twice(inline_ctx, cli):
-    ids = add_tenants(*[("active", datetime(2026, 1, 1))] * 5,
-                      ("suspended", datetime(2026, 1, 1)))
+    ids = add_tenants(*[("active", datetime(2026, 1, 1))] * 5, ("suspended", datetime(2026, 1, 1)))
     runner = inline_ctx.test_cli_runner()
 
     for _ in range(2):
-        result = runner.invoke(args=["payments", "generate-monthly-statements",
-                                     "--period", "2026-10"])
+        result = runner.invoke(
+            args=["payments", "generate-monthly-statements", "--period", "2026-10"]
+        )
         assert result.exit_code == 0, result.stderr
         run = ledger.get_run(result.stdout.strip().splitlines()[-1])
         assert (run.status, run.units_total, run.units_completed) == ("completed", 5, 5)

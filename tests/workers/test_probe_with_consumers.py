@@ -23,8 +23,9 @@ def test_a_thousand_unit_probe_run_ends_with_exact_counts_and_no_secret(ctx, con
     consumers.start("tasks", workers=2)
     consumers.start("tasks", workers=2)
 
-    handle = runner.start("diagnostics.probe", {"units": 1000, "fail_every": 10,
-                                                "vendor_fail_every": 7}, "test")
+    handle = runner.start(
+        "diagnostics.probe", {"units": 1000, "fail_every": 10, "vendor_fail_every": 7}, "test"
+    )
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=120, message="run to close")
 
     run = ledger.get_run(handle.uuid)
@@ -54,12 +55,14 @@ def assert_nowhere_in_database(needle: str) -> None:
 def test_four_workers_finishing_together_close_each_run_exactly_once(ctx, consumers):
     consumers.start("tasks", workers=4)
     # Four units of equal length on four workers: the last ones finish at the same moment.
-    handles = [runner.start("diagnostics.probe", {"units": 4, "sleep_ms": 300}, "test")
-               for _ in range(8)]
+    handles = [
+        runner.start("diagnostics.probe", {"units": 4, "sleep_ms": 300}, "test") for _ in range(8)
+    ]
 
     for handle in handles:
-        wait_for(lambda h=handle: run_status(h.uuid) != "running", timeout=60,
-                 message="run to close")
+        wait_for(
+            lambda h=handle: run_status(h.uuid) != "running", timeout=60, message="run to close"
+        )
     for handle in handles:
         run = ledger.get_run(handle.uuid)
         assert (run.status, run.units_completed) == ("completed", 4)

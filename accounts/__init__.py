@@ -1,0 +1,1 @@
+"""Operator accounts: users, hashed passwords, permissions, sign-in throttling."""

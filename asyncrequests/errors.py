@@ -1,0 +1,15 @@
+"""The async-requests module's one exception hierarchy."""
+
+from __future__ import annotations
+
+
+class AsyncRequestError(Exception):
+    """Base of this module's errors; messages are safe to show to whoever asked."""
+
+
+class UnknownTenant(AsyncRequestError):
+    pass
+
+
+class UnknownToken(AsyncRequestError):
+    pass

@@ -1,0 +1,133 @@
+"""Per-tenant API tokens: shown once at creation, stored hashed, revocable.
+
+A token reads ``tlk_<public id>_<secret>``. The public id finds the row (and is
+what operators list and revoke); only a SHA-256 of the whole token is stored.
+A slow password hash buys nothing here: the secret has 256 random bits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+
+from asyncrequests.errors import UnknownTenant, UnknownToken
+from asyncrequests.models import TenantApiToken
+from database import utcnow, write_transaction
+from extensions import db
+from tenancy.models import Tenant
+
+PREFIX = "tlk"
+PUBLIC_ID_BYTES = 6  # 12 hex characters
+SECRET_BYTES = 32
+MAX_TOKEN_LENGTH = 128
+# Recording every use would make each API read a write; a coarse "last used" is enough.
+LAST_USED_RESOLUTION = timedelta(minutes=5)
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    public_id: str
+    tenant_id: int
+    token: str  # the only time the whole token exists outside the client
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    public_id: str
+    tenant_id: int
+    name: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _public_id(token: str) -> str | None:
+    if not token or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != PREFIX or not parts[2]:
+        return None
+    public_id = parts[1]
+    if len(public_id) != PUBLIC_ID_BYTES * 2 or not all(c in "0123456789abcdef" for c in public_id):
+        return None
+    return public_id
+
+
+def issue(tenant_id: int, name: str = "") -> IssuedToken:
+    """Create a token for an existing tenant."""
+    if db.session.get(Tenant, tenant_id) is None:
+        raise UnknownTenant(f"no tenant {tenant_id}")
+    public_id = secrets.token_hex(PUBLIC_ID_BYTES)
+    token = f"{PREFIX}_{public_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
+    with write_transaction(db.session):
+        db.session.add(
+            TenantApiToken(
+                public_id=public_id, tenant_id=tenant_id, name=name, secret_hash=_digest(token)
+            )
+        )
+    return IssuedToken(public_id, tenant_id, token)
+
+
+def authenticate(token: str | None) -> int | None:
+    """The tenant a live token belongs to; None for a malformed, unknown or revoked one."""
+    public_id = _public_id(token or "")
+    if public_id is None:
+        return None
+    row = db.session.execute(
+        select(
+            TenantApiToken.id,
+            TenantApiToken.tenant_id,
+            TenantApiToken.secret_hash,
+            TenantApiToken.last_used_at,
+        )
+        .join(Tenant, Tenant.id == TenantApiToken.tenant_id)
+        .where(TenantApiToken.public_id == public_id, TenantApiToken.revoked_at.is_(None))
+    ).first()
+    if row is None or not hmac.compare_digest(row.secret_hash, _digest(token or "")):
+        return None
+    now = utcnow()
+    if row.last_used_at is None or row.last_used_at < now - LAST_USED_RESOLUTION:
+        with write_transaction(db.session):
+            db.session.execute(
+                update(TenantApiToken).where(TenantApiToken.id == row.id).values(last_used_at=now)
+            )
+    return row.tenant_id
+
+
+def revoke(identifier: str) -> tuple[str, bool]:
+    """Revoke a token by its public id (or the whole token).
+
+    Returns its public id and whether this call revoked it (False: it already was).
+    """
+    public_id = _public_id(identifier) or identifier
+    with write_transaction(db.session):
+        row = db.session.execute(
+            select(TenantApiToken).where(TenantApiToken.public_id == public_id)
+        ).scalar_one_or_none()
+        if row is None:
+            raise UnknownToken(f"no token {public_id}")
+        if row.revoked_at is not None:
+            return public_id, False
+        row.revoked_at = utcnow()
+    return public_id, True
+
+
+def tokens_of(tenant_id: int) -> list[TokenInfo]:
+    rows = db.session.execute(
+        select(TenantApiToken)
+        .where(TenantApiToken.tenant_id == tenant_id)
+        .order_by(TenantApiToken.id)
+    ).scalars()
+    return [
+        TokenInfo(r.public_id, r.tenant_id, r.name, r.created_at, r.last_used_at, r.revoked_at)
+        for r in rows
+    ]

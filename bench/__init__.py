@@ -1,0 +1,1 @@
+"""Benchmarks and the chaos harness: the evidence behind docs/guarantees.md."""

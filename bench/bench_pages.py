@@ -1,0 +1,287 @@
+"""Server-side time of the operator pages on a big ledger (PostgreSQL).
+
+Data: 10,000 runs and 1,000,000 units, written server-side with
+``generate_series`` (seconds, not minutes). One run has 100,000 units and is
+still running: 60 % completed, 25 % failed under a handful of reasons with
+numbers in them, 10 % pending and 5 % running, a fifth of those with a dead
+heartbeat; the other runs share the remaining units. A few other runs are
+running too, some with units pending since long ago.
+
+Each page is requested 50 times through the Flask test client, signed in, and
+timed around the request (routing, permission check, queries, template): the
+run list (first page, and a page 5,000 runs deep), the detail of the
+100,000-unit run, the stale units across runs and the run's error groups.
+
+Database ``BENCH_PAGES_DATABASE_URL`` (default ``…/bench_pages``, created and
+reset by the benchmark). Run alone: ``python -m bench.bench_pages [--quick]``;
+the figures are written to ``bench/results/bench_pages.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from bench.support import build_app, ensure_postgres_database
+
+DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_pages"
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_pages.json"
+TYPES = (
+    "payments.monthly_statements",
+    "diagnostics.probe",
+    "documents.forward_to_provider",
+    "reports.nightly_export",
+)
+
+
+def reset(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+def fill(conn, runs: int, units: int, big: int) -> None:
+    """Insert ``runs`` runs and ``units`` units; run 1 is the big running one."""
+    types = "ARRAY[" + ", ".join(f"'{t}'" for t in TYPES) + "]"
+    # Oldest first: run ids grow with time, as in production.
+    conn.execute(
+        text(f"""
+        INSERT INTO task_runs (uuid, type, status, initiator, context, units_total,
+            units_completed, units_failed, units_skipped, started_at, finished_at,
+            created_at, updated_at)
+        SELECT gen_random_uuid()::text,
+               ({types})[1 + g % 4],
+               CASE WHEN g = 1 OR g > :runs - 5 THEN 'running'
+                    WHEN g % 10 = 3 THEN 'completed_with_failures'
+                    WHEN g % 97 = 5 THEN 'failed'
+                    WHEN g % 89 = 7 THEN 'cancelled'
+                    ELSE 'completed' END,
+               CASE WHEN g % 3 = 0 THEN 'schedule' ELSE 'cli' END,
+               '{{}}'::json, 0, 0, 0, 0,
+               now() - make_interval(mins => (:runs - g) * 5 + 60),
+               CASE WHEN g = 1 OR g > :runs - 5 THEN NULL
+                    ELSE now() - make_interval(mins => (:runs - g) * 5 + 50) END,
+               now() - make_interval(mins => (:runs - g) * 5 + 60),
+               now() - make_interval(mins => (:runs - g) * 5 + 60)
+        FROM generate_series(1, :runs) AS g
+    """),
+        {"runs": runs},
+    )
+    # The big run: unit i's status by i % 100.
+    conn.execute(
+        text("""
+        INSERT INTO task_run_units (task_run_id, unit_key, tenant_id, status, attempts,
+            last_error, dispatch_token, queued_at, started_at, heartbeat_at, finished_at,
+            created_at, updated_at)
+        SELECT 1, 'tenant-' || i || '\\:2026-10', i,
+               CASE WHEN i % 100 < 60 THEN 'completed' WHEN i % 100 < 85 THEN 'failed'
+                    WHEN i % 100 < 95 THEN 'pending' ELSE 'running' END,
+               CASE WHEN i % 100 < 85 OR i % 100 >= 95 THEN 1 ELSE 0 END,
+               CASE WHEN i % 100 >= 60 AND i % 100 < 85 THEN
+                    CASE i % 5 WHEN 0 THEN 'tenant ' || i || ' has no billing address'
+                               WHEN 1 THEN 'unhandled httpx.ConnectTimeout — see logs'
+                               WHEN 2 THEN 'statement total ' || (i * 7) || ' exceeds limit'
+                               WHEN 3 THEN 'unhandled sqlalchemy.exc.OperationalError — see logs'
+                               ELSE 'currency XXX of tenant ' || i || ' is not supported' END
+               END,
+               'bench',
+               -- One pending unit in ten was lost by the queue long ago: never started.
+               CASE WHEN i % 100 = 94 THEN now() - interval '50 minutes'
+                    ELSE now() - interval '5 minutes' END,
+               CASE WHEN i % 100 < 85 THEN now() - interval '40 minutes'
+                    WHEN i % 100 >= 95 THEN now() - interval '10 minutes' END,
+               -- One running unit in five lost its worker: its heartbeat stopped.
+               CASE WHEN i % 100 >= 95 THEN
+                    CASE WHEN i % 5 = 0 THEN now() - interval '8 minutes' ELSE now() END END,
+               CASE WHEN i % 100 < 85 THEN now() - interval '35 minutes' END,
+               now() - interval '50 minutes', now()
+        FROM generate_series(1, :big) AS i
+    """),
+        {"big": big},
+    )
+    per_run = (units - big) // (runs - 1)
+    # Every other run: ``per_run`` units; its snapshot matches its status.
+    conn.execute(
+        text("""
+        INSERT INTO task_run_units (task_run_id, unit_key, tenant_id, status, attempts,
+            last_error, dispatch_token, queued_at, started_at, heartbeat_at, finished_at,
+            created_at, updated_at)
+        SELECT r.id, 'tenant-' || u || ':' || r.id, u,
+               CASE WHEN r.status = 'running' THEN
+                         CASE WHEN u % 3 = 0 THEN 'completed' ELSE 'pending' END
+                    WHEN r.status = 'cancelled' AND u % 2 = 0 THEN 'skipped'
+                    WHEN r.status IN ('completed_with_failures', 'failed') AND u % 9 = 4
+                         THEN 'failed'
+                    ELSE 'completed' END,
+               1,
+               CASE WHEN r.status IN ('completed_with_failures', 'failed') AND u % 9 = 4
+                    THEN 'tenant ' || u || ' has no billing address' END,
+               'bench', r.started_at, r.started_at, r.started_at, r.finished_at,
+               r.started_at, r.started_at
+        FROM task_runs AS r, generate_series(1, :per_run) AS u
+        WHERE r.id > 1
+    """),
+        {"per_run": per_run},
+    )
+    conn.execute(
+        text("""
+        UPDATE task_runs AS r SET units_total = c.total, units_completed = c.completed,
+               units_failed = c.failed, units_skipped = c.skipped
+        FROM (SELECT task_run_id, count(*) AS total,
+                     count(*) FILTER (WHERE status = 'completed') AS completed,
+                     count(*) FILTER (WHERE status = 'failed') AS failed,
+                     count(*) FILTER (WHERE status = 'skipped') AS skipped
+              FROM task_run_units GROUP BY task_run_id) AS c
+        WHERE c.task_run_id = r.id
+    """)
+    )
+    conn.execute(
+        text("""
+        INSERT INTO task_events (event_id, name, task_run_id, payload, created_at)
+        SELECT gen_random_uuid()::text, 'tasks.unit.failed', 1,
+               json_build_object('run_uuid', 'x', 'unit_key', 'tenant-' || i || '\\:2026-10',
+                                 'reason', 'tenant ' || i || ' has no billing address'),
+               now() - interval '35 minutes'
+        FROM generate_series(1, 5000) AS i
+    """)
+    )
+    conn.execute(text("ANALYZE"))
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class PagesBench:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.runs = 1_000 if quick else 10_000
+        self.units = 100_000 if quick else 1_000_000
+        self.big = 10_000 if quick else 100_000
+        self.deep = 500 if quick else 5_000
+        self.requests = 20 if quick else 50
+        self.url = os.environ.get("BENCH_PAGES_DATABASE_URL", DEFAULT_URL)
+
+    def measure(self) -> dict[str, Any]:
+        ensure_postgres_database(self.url)
+        reset(self.url)
+        folder = tempfile.mkdtemp(prefix="bench-pages-")
+        app = build_app(
+            {
+                "SQLALCHEMY_DATABASE_URI": self.url,
+                "QUEUE_DRIVER": "sqlite",
+                "QUEUE_SQLITE_PATH": f"{folder}/queue.sqlite3",
+                "INSTANCE_PATH": folder,
+                "SECRET_KEY": "bench",
+                "WTF_CSRF_ENABLED": False,
+                "LOG_FILE": f"{folder}/log",
+            }
+        )
+        began = time.perf_counter()
+        engine = create_engine(self.url)
+        with engine.begin() as conn:
+            fill(conn, self.runs, self.units, self.big)
+        engine.dispose()
+        fill_seconds = time.perf_counter() - began
+        with app.app_context():
+            from accounts.permissions import PERMISSIONS
+            from accounts.services import create_user
+            from taskrunner.ledger import ledger
+
+            create_user("bench@example.com", "bench password", PERMISSIONS)
+            big_uuid = ledger.session.execute(
+                text("SELECT uuid FROM task_runs WHERE id = 1")
+            ).scalar_one()
+            deep_cursor = ledger.session.execute(
+                text("SELECT uuid FROM task_runs ORDER BY id DESC OFFSET :n LIMIT 1"),
+                {"n": self.deep - 1},
+            ).scalar_one()
+            ledger.session.remove()
+        client = app.test_client()
+        response = client.post(
+            "/login", data={"email": "bench@example.com", "password": "bench password"}
+        )
+        assert response.status_code == 302, response.status_code
+        pages = [
+            ("run list, first page", "/backoffice/task-runs", 50),
+            (
+                f"run list, {self.deep:,} runs deep",
+                f"/backoffice/task-runs?cursor={deep_cursor}",
+                50,
+            ),
+            (f"run detail, {self.big:,}-unit run", f"/backoffice/task-runs/{big_uuid}", 100),
+            ("stale units across runs", "/backoffice/stale-units", 100),
+            (
+                f"error groups, {self.big:,}-unit run",
+                f"/backoffice/task-runs/{big_uuid}/errors",
+                200,
+            ),
+            ("API run list, first page", "/api/v1/backoffice/task-runs", 50),
+            ("API run detail, big run", f"/api/v1/backoffice/task-runs/{big_uuid}", 100),
+        ]
+        figures = []
+        for name, path, target in pages:
+            samples = self.time_page(client, path)
+            figures.append(
+                {
+                    "name": f"{name} p95",
+                    "value": round(percentile(samples, 0.95), 1),
+                    "unit": "ms",
+                    "target": f"<= {target}",
+                    "ok": percentile(samples, 0.95) <= target,
+                }
+            )
+            figures.append(
+                {
+                    "name": f"{name} p50",
+                    "value": round(statistics.median(samples), 1),
+                    "unit": "ms",
+                    "target": "",
+                    "ok": None,
+                }
+            )
+        notes = (
+            f"PostgreSQL, {self.runs:,} runs / {self.units:,} units (filled in "
+            f"{fill_seconds:.1f} s); {self.requests} signed-in requests per page through "
+            "the Flask test client, timed around each request after 3 warm-ups; load "
+            f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end."
+        )
+        return {"figures": figures, "notes": notes}
+
+    def time_page(self, client, path: str) -> list[float]:
+        for _ in range(3):
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.status_code)
+        samples = []
+        for _ in range(self.requests):
+            began = time.perf_counter()
+            response = client.get(path)
+            samples.append((time.perf_counter() - began) * 1000)
+            assert response.status_code == 200, (path, response.status_code)
+        return samples
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    return PagesBench(quick).measure()
+
+
+if __name__ == "__main__":
+    result = run(quick="--quick" in sys.argv)
+    for item in result["figures"]:
+        mark = {True: "ok", False: "MISSED", None: ""}[item["ok"]]
+        print(f"{item['name']:<48} {item['value']:>9} {item['unit']:<3} {item['target']:<8} {mark}")
+    print(result["notes"])
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")

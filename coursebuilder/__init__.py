@@ -1,0 +1,1 @@
+"""The course builder: multi-stage generation runs executed by the builder queue."""

@@ -1,0 +1,87 @@
+"""``flask builder …``: thin commands over the generation service."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import NoReturn
+
+import click
+from flask.cli import AppGroup
+
+from coursebuilder import reports, service
+
+builder_cli = AppGroup("builder", help="Course builder: start and inspect generation runs.")
+
+
+def refuse(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@builder_cli.command("start")
+@click.option(
+    "--tenant",
+    "tenant_id",
+    required=True,
+    type=click.IntRange(1, service.MAX_ID),
+    help="Tenant id.",
+)
+@click.option("--title", required=True, help="Course title.")
+@click.option(
+    "--quizzes", default=3, show_default=True, type=click.IntRange(0, service.MAX_QUIZZES)
+)
+@click.option(
+    "--lessons", default=3, show_default=True, type=click.IntRange(1, service.MAX_LESSONS)
+)
+@click.option(
+    "--concurrency",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, service.MAX_CONCURRENCY),
+    help="Steps running at once.",
+)
+def start_command(tenant_id: int, title: str, quizzes: int, lessons: int, concurrency: int) -> None:
+    """Start a generation run; print its uuid on the last line."""
+    try:
+        run_uuid = service.start(
+            tenant_id,
+            title,
+            quizzes=quizzes,
+            lessons=lessons,
+            concurrency=concurrency,
+            initiator="cli",
+        )
+    except service.BuilderError as exc:
+        refuse(str(exc))
+    click.echo(f"started course build “{title.strip()}” for tenant {tenant_id}", err=True)
+    click.echo(run_uuid)
+
+
+@builder_cli.command("status")
+@click.argument("run_uuid")
+@click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape.")
+def status_command(run_uuid: str, as_json: bool) -> None:
+    """One run: its stages, their steps and the events."""
+    try:
+        run = reports.find_run(run_uuid)
+    except service.UnknownRun as exc:
+        refuse(str(exc))
+    status = reports.run_status(run)
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    click.echo(f"{status['uuid']}  {status['title']}  tenant {status['tenant_id']}")
+    click.echo(
+        f"status {status['status']}, stage {status['stage']}, "
+        f"concurrency {status['concurrency']}, {reports.progress(run, status)}% done"
+    )
+    if status["failure_reason"]:
+        click.echo(f"failed: {status['failure_reason']}")
+    for stage in status["stages"]:
+        steps = stage["steps"]
+        click.echo(
+            f"  {stage['name']:8} {steps['completed']}/{steps['total']} done, "
+            f"{steps['running']} running, {steps['failed']} failed"
+            f"  opened {stage['opened_at'] or '-'}  closed {stage['closed_at'] or '-'}"
+        )

@@ -1,0 +1,169 @@
+"""The language-model drivers behind one interface.
+
+``FakeDriver`` is deterministic (the same prompt gives the same text) and takes
+its latency and failures from the run's options, for tests and the demo.
+``HttpDriver`` talks to an OpenAI-compatible chat-completions endpoint. Both
+raise only ``LLMError`` subclasses, whose messages never carry the key, the
+prompt or the endpoint's body, so a step's redacted reason is readable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class LLMError(Exception):
+    """A language-model call failed; the message is safe to show an operator."""
+
+
+class LLMTimeout(LLMError):
+    pass
+
+
+class LLMRateLimited(LLMError):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMUnavailable(LLMError):
+    pass
+
+
+class LLMRejected(LLMError):
+    """The endpoint refused the request itself (bad key, bad model, bad input)."""
+
+
+class LLMBadResponse(LLMError):
+    pass
+
+
+class LLMConfigError(LLMError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    stage: str
+    step: str
+    text: str
+    system: str = "You write clear, accurate course material."
+
+
+class LLMDriver(Protocol):
+    def complete(self, prompt: Prompt) -> str: ...
+
+
+class FakeDriver:
+    """Deterministic text after ``latency_ms``; fails the steps named in ``fail_steps``."""
+
+    def __init__(self, latency_ms: int = 0, fail_steps: Iterable[str] = ()) -> None:
+        self.latency_ms = max(0, int(latency_ms))
+        self.fail_steps = frozenset(fail_steps)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> FakeDriver:
+        fake = options.get("fake") or {}
+        return cls(latency_ms=fake.get("latency_ms", 0), fail_steps=fake.get("fail_steps", ()))
+
+    def complete(self, prompt: Prompt) -> str:
+        if self.latency_ms:
+            time.sleep(self.latency_ms / 1000)
+        if prompt.step in self.fail_steps:
+            raise LLMUnavailable(f"fake driver failure injected for step {prompt.step}")
+        digest = hashlib.sha256(prompt.text.encode()).hexdigest()[:12]
+        return f"[{prompt.stage}/{prompt.step} {digest}] {prompt.text}"
+
+
+class HttpDriver:
+    """An OpenAI-compatible ``POST {base_url}/chat/completions``."""
+
+    def __init__(self, base_url: str, api_key: str, model: str, timeout: float) -> None:
+        if not base_url:
+            raise LLMConfigError("LLM_BASE_URL is not set")
+        if not model:
+            raise LLMConfigError("LLM_MODEL is not set")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.api_key = api_key
+        self.model = model
+        self.timeout = timeout
+
+    def complete(self, prompt: Prompt) -> str:
+        body = json.dumps(
+            {
+                "model": self.model,
+                "messages": [
+                    {"role": "system", "content": prompt.system},
+                    {"role": "user", "content": prompt.text},
+                ],
+            }
+        ).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise _http_error(exc) from None
+        except TimeoutError:
+            raise LLMTimeout(f"language model did not answer within {self.timeout:g} s") from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError | socket.timeout):
+                raise LLMTimeout(
+                    f"language model did not answer within {self.timeout:g} s"
+                ) from None
+            raise LLMUnavailable("language model endpoint unreachable") from None
+        return _content(raw)
+
+
+def _http_error(exc: urllib.error.HTTPError) -> LLMError:
+    status = exc.code
+    exc.close()
+    if status == 429:
+        retry_after = _seconds(exc.headers.get("Retry-After") if exc.headers else None)
+        return LLMRateLimited("language model rate limit reached (HTTP 429)", retry_after)
+    if status >= 500:
+        return LLMUnavailable(f"language model endpoint failed (HTTP {status})")
+    return LLMRejected(f"language model endpoint refused the request (HTTP {status})")
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def _content(raw: bytes) -> str:
+    try:
+        content = json.loads(raw)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise LLMBadResponse("language model answer is not a chat completion") from None
+    if not isinstance(content, str) or not content.strip():
+        raise LLMBadResponse("language model answer is empty")
+    return content
+
+
+def driver_for(config: Mapping[str, Any], options: Mapping[str, Any]) -> LLMDriver:
+    """The driver of a deployment (``LLM_DRIVER``); the fake one reads the run's options."""
+    kind = config.get("LLM_DRIVER", "fake")
+    if kind == "fake":
+        return FakeDriver.from_options(options)
+    if kind == "http":
+        return HttpDriver(
+            config.get("LLM_BASE_URL", ""),
+            config.get("LLM_API_KEY", ""),
+            config.get("LLM_MODEL", ""),
+            float(config["LLM_TIMEOUT_SECONDS"]),
+        )
+    raise LLMConfigError(f"LLM_DRIVER must be fake or http, not {kind!r}")

@@ -1,0 +1,23 @@
+"""``flask demo seed``."""
+
+from __future__ import annotations
+
+import click
+from flask.cli import AppGroup
+
+from demo.seed import seed
+
+demo_cli = AppGroup("demo", help="Demo data for a first look at the backoffice.")
+
+
+@demo_cli.command("seed")
+def seed_command() -> None:
+    """Fill the database with tenants, runs with failures, and an operator account."""
+    result = seed()
+    click.echo(f"tenants created: {result.tenants}")
+    for run_uuid in result.runs:
+        click.echo(f"run: /backoffice/task-runs/{run_uuid}")
+    if result.password:
+        click.echo(f"operator: {result.operator}  password: {result.password}")
+    else:
+        click.echo(f"operator: {result.operator} already exists (password unchanged)")

@@ -1,0 +1,72 @@
+"""``documents.forward_to_provider``: the first single tracked job (SPEC §8).
+
+``forward(document_uuid)`` enqueues it; each attempt is recorded on the ledger,
+Huey retries transient failures with a growing delay, a rejection fails at once.
+"""
+
+from __future__ import annotations
+
+from flask import current_app
+from sqlalchemy import select
+
+from database import utcnow
+from documents.models import FORWARDED, REJECTED, Document
+from documents.provider import ProviderClient, ProviderRejected
+from extensions import db
+from taskrunner.contract import PermanentError, TaskUnit, tracked_job
+from tasks.queues import queues
+
+FORWARD = "documents.forward_to_provider"
+
+
+class DocumentNotFound(PermanentError):
+    pass
+
+
+def document_unit(document_uuid: str) -> TaskUnit:
+    tenant_id = db.session.execute(
+        select(Document.tenant_id).where(Document.uuid == document_uuid)
+    ).scalar_one_or_none()
+    return TaskUnit(f"document-{document_uuid}", tenant_id)
+
+
+def create_document(tenant_id: int, title: str, body: str = "") -> Document:
+    document = Document(tenant_id=tenant_id, title=title, body=body)
+    db.session.add(document)
+    db.session.commit()
+    return document
+
+
+def forward(document_uuid: str) -> None:
+    """Send a document to the provider in the background (one dispatch, one run)."""
+    queues().task(FORWARD)(document_uuid)
+
+
+@tracked_job(
+    FORWARD,
+    unit=document_unit,
+    queue="default",
+    timeout=60,
+    retries=4,
+    retry_delay=5,
+    retry_backoff=2,
+)
+def forward_to_provider(document_uuid: str) -> None:
+    document = db.session.execute(
+        select(Document).where(Document.uuid == document_uuid)
+    ).scalar_one_or_none()
+    if document is None:
+        raise DocumentNotFound(f"document {document_uuid} does not exist")
+    if document.status == FORWARDED:
+        return  # an overlapping dispatch got there first: the provider has it
+    client = ProviderClient.from_config(current_app.config)
+    try:
+        reference = client.submit(document.uuid, document.title, document.body)
+    except ProviderRejected:
+        document.status = REJECTED
+        db.session.commit()
+        raise
+    document.status = FORWARDED
+    document.provider_reference = reference
+    document.forwarded_at = utcnow()
+    db.session.commit()

@@ -1,0 +1,90 @@
+"""A tenant asks for one period's statement through the tenant API.
+
+The request is an async request the tenant polls; the work is a one-unit run of
+the statements sweep for that tenant, unless that tenant's unit is already in
+flight (a one-unit run started earlier, or the monthly fleet sweep), whose job
+will settle the request just the same.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+
+from asyncrequests import platform as async_requests
+from asyncrequests.platform import RequestView
+from database import utcnow
+from extensions import db
+from payments.models import Statement
+from payments.statements import (
+    STATEMENT_KIND,
+    TYPE,
+    StatementError,
+    eligible_tenants,
+    parse_period,
+    period_end,
+    statement_result,
+    unit_key,
+)
+from taskrunner.contract import start_run, unit_in_flight
+
+logger = logging.getLogger(__name__)
+
+# Ids beyond a signed 64-bit integer cannot exist; asking the database would fail.
+MAX_ID = 2**63 - 1
+
+
+class StatementsUnavailable(StatementError):
+    """The work could not be queued; the tenant may ask again later."""
+
+
+def request_statement(tenant_id: int, period: str) -> tuple[RequestView, bool]:
+    """Open (or return) the tenant's request for ``period``; return it and whether it is new."""
+    parse_period(period)
+    if period_end(period) > utcnow():
+        raise StatementError(f"the period {period} has not ended yet")
+    statement = _statement_for_period(tenant_id, period)
+    if statement is not None:
+        # Settles a request left pending by a job that made the statement but died after.
+        result = statement_result(statement)
+        async_requests.complete_pending(tenant_id, STATEMENT_KIND, period, result)
+        return async_requests.completed_request(tenant_id, STATEMENT_KIND, period, result), False
+    if not list(eligible_tenants(period, tenant_id)):
+        raise StatementError(f"there is no statement for the period {period}")
+    request, created = async_requests.open_request(tenant_id, STATEMENT_KIND, period)
+    if not unit_in_flight(TYPE, unit_key(tenant_id, period)):
+        _start_one_unit_run(tenant_id, period)
+    current = async_requests.find_for_tenant(tenant_id, request.uuid)
+    return current or request, created
+
+
+def _start_one_unit_run(tenant_id: int, period: str) -> None:
+    try:
+        handle = start_run(
+            TYPE, {"period": period, "tenant_id": tenant_id}, f"tenant-api:{tenant_id}"
+        )
+    except Exception as exc:
+        logger.exception("Could not start a statement run for tenant %s, %s", tenant_id, period)
+        async_requests.fail_pending(tenant_id, STATEMENT_KIND, period, exc)
+        raise StatementsUnavailable("statements cannot be generated right now") from None
+    if handle.units_total == 0:
+        # The tenant left standing between the check and the run.
+        async_requests.fail_pending(
+            tenant_id, STATEMENT_KIND, period, f"there is no statement for the period {period}"
+        )
+
+
+def _statement_for_period(tenant_id: int, period: str) -> Statement | None:
+    return db.session.execute(
+        select(Statement).where(Statement.tenant_id == tenant_id, Statement.period == period)
+    ).scalar_one_or_none()
+
+
+def tenant_statement(tenant_id: int, statement_id: int) -> Statement | None:
+    """One of the tenant's statements; another tenant's is simply none."""
+    if not 0 < statement_id <= MAX_ID:
+        return None
+    return db.session.execute(
+        select(Statement).where(Statement.id == statement_id, Statement.tenant_id == tenant_id)
+    ).scalar_one_or_none()

@@ -1,0 +1,129 @@
+"""Single tracked jobs (SPEC §8): a fire-and-forget Huey job that keeps a ledger.
+
+A job declared with ``tracked_job`` stays an ordinary Huey job with its own name,
+arguments and retries, so its call sites do not change. Around each execution the
+wrapper records one attempt on a run of its own: the run and its one unit are made
+lazily on the first attempt and re-found on Huey's retries of the same dispatch by
+the Huey task id, stored as ``context.dispatch_uuid``. Another dispatch of the same
+key opens its own run. An attempt that fails with retries left puts the unit back
+to pending with its reason; only the final failure (or a ``PermanentError``, which
+no retry can fix) fails the unit and closes the run. ``tasks retry`` refuses these
+runs: their retries belong to their own queue.
+
+The trade-off, accepted: a job lost before its first attempt has no row to show.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from huey import signals
+from huey.exceptions import CancelExecution, TaskTimeout
+
+from extensions import db
+from taskrunner import tenant_scope
+from taskrunner.contract import PermanentError, TaskUnit
+from taskrunner.heartbeat import heartbeat
+from taskrunner.ledger import ledger
+from taskrunner.redaction import redact
+from tasks.queues import queues
+from tasks.routing import job, on_signal
+
+logger = logging.getLogger(__name__)
+
+# Job name -> how its unit is derived from the job's arguments.
+_TRACKED: dict[str, Callable[..., TaskUnit]] = {}
+
+
+def tracked_job(
+    name: str,
+    *,
+    unit: Callable[..., TaskUnit],
+    queue: str,
+    timeout: int,
+    retries: int = 0,
+    retry_delay: int = 0,
+    retry_backoff: float = 0,
+    initiator: str = "queue",
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a Huey job whose executions are recorded on the ledger as type ``name``."""
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any, task: Any, **kwargs: Any) -> Any:
+            return execute_attempt(
+                name,
+                unit(*args, **kwargs),
+                task,
+                functools.partial(fn, *args, **kwargs),
+                initiator,
+            )
+
+        job(
+            name,
+            queue=queue,
+            timeout=timeout,
+            retries=retries,
+            retry_delay=retry_delay,
+            retry_backoff=retry_backoff,
+            wants_task=True,
+        )(run)
+        _TRACKED[name] = unit
+        return fn
+
+    return decorator
+
+
+def execute_attempt(
+    type_: str, unit: TaskUnit, task: Any, call: Callable[[], Any], initiator: str
+) -> Any:
+    claim = ledger.begin_single_attempt(type_, unit, task.id, initiator)
+    if claim is None:
+        logger.info("Dispatch %s of %s already settled; nothing to do", task.id, type_)
+        return None
+    try:
+        with heartbeat.beating(claim.unit_id), tenant_scope.tenant(unit.tenant_id):
+            result = call()
+    except Exception as exc:
+        db.session.rollback()
+        reason = (
+            f"timeout: ran longer than {task.timeout} s"
+            if isinstance(exc, TaskTimeout)
+            else redact(exc)
+        )
+        final = isinstance(exc, PermanentError) or not task.retries
+        if not final:
+            logger.warning(
+                "Attempt %d of %s (%s) failed, Huey retries it: %s",
+                claim.attempts,
+                type_,
+                unit.key,
+                reason,
+            )
+            ledger.release_attempt(claim, reason)
+            raise
+        logger.exception(
+            "%s (%s) failed for good after %d attempts", type_, unit.key, claim.attempts
+        )
+        if ledger.fail(claim, reason):
+            ledger.finalize(claim.run.id)
+        if task.retries:
+            # A permanent error: Huey must not spend the retries that are left.
+            raise CancelExecution(retry=False) from exc
+        raise
+    if ledger.complete(claim):
+        ledger.finalize(claim.run.id)
+    return result
+
+
+@on_signal(signals.SIGNAL_INTERRUPTED)
+def interrupted(signal: str, task: Any, queue: str) -> None:
+    """A consumer stopped mid-attempt: enqueue the same dispatch again, its run re-found."""
+    if task.name not in _TRACKED:
+        return
+    ledger.release_interrupted_single(task.name, task.id)
+    queues().huey(queue).enqueue(task)
+    logger.warning("Attempt of %s (%s) handed back on shutdown", task.name, task.id)

@@ -1,0 +1,33 @@
+"""A run whose last close was lost with its worker is closed by the stuck sweep."""
+
+from __future__ import annotations
+
+from diagnostics.probe import TYPE, ProbeTask
+from taskrunner.ledger import ledger
+from tests.support import wait_for
+
+
+def test_a_run_settled_without_its_close_is_closed_once_by_the_stuck_sweep(make_app):
+    app = make_app(TASK_RUNNER_HEARTBEAT_SECONDS=1)
+    with app.app_context():
+        context = {"units": 3}
+        dispatch = ledger.create_run(TYPE, context, "test", ProbeTask().units(context), 100)
+        # Every unit completes, but the worker dies before finalizing the run.
+        for unit_id in ledger.dispatch_batch(dispatch, 0, 10):
+            assert ledger.complete(ledger.claim(unit_id, dispatch.token))
+        assert ledger.get_run(dispatch.run_uuid).status == "running"
+        assert ledger.close_settled_runs() == []  # still within a worker's lost interval
+
+        def swept_and_closed() -> bool:
+            result = app.test_cli_runner().invoke(args=["tasks", "detect-stuck"])
+            assert result.exit_code == 0, result.output
+            ledger.session.rollback()
+            return ledger.get_run(dispatch.run_uuid).status != "running"
+
+        wait_for(swept_and_closed, timeout=10, interval=0.5, message="the sweep to close it")
+
+        run = ledger.get_run(dispatch.run_uuid)
+        assert (run.status, run.units_completed) == ("completed", 3)
+        assert ledger.count_events("tasks.run.completed", run) == 1
+        assert ledger.close_settled_runs() == []
+        assert ledger.count_events("tasks.run.completed", run) == 1

@@ -1,0 +1,137 @@
+"""Pruning: old terminal runs go with their rows and the queues' leftovers; nothing else."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select, update
+
+from database import utcnow
+from extensions import db
+from taskrunner import runner
+from taskrunner.ledger import ledger
+from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
+from tasks.queues import queues
+
+
+def drain() -> None:
+    huey = queues().huey("tasks")
+    while (task := huey.dequeue()) is not None:
+        huey.execute(task)
+
+
+def finished_days_ago(run_uuid: str, days: float) -> None:
+    when = utcnow() - timedelta(days=days)
+    db.session.execute(
+        update(TaskRun).where(TaskRun.uuid == run_uuid).values(started_at=when, finished_at=when)
+    )
+    db.session.commit()
+
+
+def units_of(run_uuid: str) -> int:
+    db.session.rollback()
+    run_id = select(TaskRun.id).where(TaskRun.uuid == run_uuid).scalar_subquery()
+    return db.session.execute(
+        select(func.count()).select_from(TaskRunUnit).where(TaskRunUnit.task_run_id == run_id)
+    ).scalar_one()
+
+
+@pytest.fixture
+def fleet(ctx):
+    """Old completed and old cancelled runs, a young completed one, an old running one."""
+    old = runner.start("diagnostics.probe", {"units": 3, "fail_every": 3}, "test").uuid
+    drain()
+    cancelled = runner.start("diagnostics.probe", {"units": 4}, "test").uuid
+    runner.cancel(cancelled)  # revokes its 4 queued jobs: their keys outlive them
+    young = runner.start("diagnostics.probe", {"units": 1}, "test").uuid
+    drain()
+    running = runner.start("diagnostics.probe", {"units": 2}, "test").uuid
+    queues().huey("tasks").storage.flush_queue()
+    finished_days_ago(old, 40)
+    finished_days_ago(cancelled, 31)
+    finished_days_ago(young, 5)
+    db.session.execute(
+        update(TaskRun)
+        .where(TaskRun.uuid == running)
+        .values(started_at=utcnow() - timedelta(days=90))
+    )
+    db.session.commit()
+    return {"old": old, "cancelled": cancelled, "young": young, "running": running}
+
+
+def test_prune_deletes_old_terminal_runs_and_never_a_running_or_young_one(fleet, cli):
+    before = {name: units_of(uuid) for name, uuid in fleet.items()}
+
+    result = cli.invoke(args=["tasks", "prune"])
+
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("pruned 2 runs (7 units, ")
+    for name in ("old", "cancelled"):
+        assert ledger.find_run(fleet[name]) is None
+        assert units_of(fleet[name]) == 0
+    for name in ("young", "running"):
+        assert ledger.find_run(fleet[name]) is not None, name
+        assert units_of(fleet[name]) == before[name]
+    assert ledger.find_run(fleet["running"]).status == "running"
+    orphans = db.session.execute(
+        select(func.count())
+        .select_from(OutboxEvent)
+        .where(
+            OutboxEvent.task_run_id.is_not(None), OutboxEvent.task_run_id.not_in(select(TaskRun.id))
+        )
+    ).scalar_one()
+    assert orphans == 0
+    [action] = (
+        db.session.execute(select(OperatorAction).where(OperatorAction.action == "prune"))
+        .scalars()
+        .all()
+    )
+    assert action.task_run_id is None
+    assert action.detail["runs"] == 2 and action.detail["units"] == 7
+    assert action.detail["events"] >= 5 and action.detail["actions"] == 1
+    assert action.detail["queue_keys"] == 4
+
+
+def test_prune_with_days_keeps_runs_inside_the_retention_it_was_given(fleet, cli):
+    result = cli.invoke(args=["tasks", "prune", "--days", "35"])
+    assert result.output.startswith("pruned 1 runs (3 units, ")
+    assert ledger.find_run(fleet["old"]) is None
+    assert ledger.find_run(fleet["cancelled"]) is not None
+    assert cli.invoke(args=["tasks", "prune", "--days", "-1"]).exit_code == 2
+
+
+def test_prune_works_in_small_batches(fleet):
+    report = ledger.prune(utcnow() - timedelta(days=30), run_batch=1, row_batch=2)
+    assert (report.runs, report.units) == (2, 7)
+    assert ledger.find_run(fleet["running"]) is not None
+
+
+def test_prune_clears_the_queues_leftovers_and_keeps_what_live_jobs_need(fleet):
+    huey = queues().huey("tasks")
+    window_key = f"{huey.name}.rl.task-runner.ops.gone.w"
+    huey.put(window_key, 5)  # a window of 1970: long over
+    huey.storage.incr(f"{huey.name}.rl.task-runner.ops.gone", 30)
+    old_lock = f"{huey.name}.lock.sweep-{fleet['old']}"
+    live_lock = f"{huey.name}.lock.sweep-{fleet['running']}"
+    huey.put_if_empty(old_lock, "1")
+    huey.put_if_empty(live_lock, "1")
+    # A live unit's queued job revoked by hand: its key must stay while it is queued.
+    running = ledger.find_run(fleet["running"])
+    [live_unit, _] = db.session.execute(
+        select(TaskRunUnit.id, TaskRunUnit.dispatch_token)
+        .where(TaskRunUnit.task_run_id == running.id)
+        .order_by(TaskRunUnit.id)
+    ).all()
+    live_revoke = f"r:u{live_unit.id}.{live_unit.dispatch_token}"
+    huey.put(live_revoke, (None, False))
+    revoke_keys = [k for k in huey.storage.result_items() if k.startswith("r:u")]
+    assert len(revoke_keys) == 5
+
+    report = runner.prune()
+
+    keys = set(huey.storage.result_items())
+    assert [k for k in keys if k.startswith("r:u")] == [live_revoke]
+    assert window_key not in keys and old_lock not in keys
+    assert live_lock in keys
+    assert report.queue_keys == 6  # 4 revoke keys of the cancelled run, a window, a lock

@@ -1,0 +1,300 @@
+"""The routing rule of SPEC §12, the two worker modes, and the deployment files.
+
+For every job and every task type: its queue exists, the queue's consumer can
+enforce its timeout (process workers), the timeout is within the consumer's
+limit, and the stuck threshold is above the timeout (or an operator would retry
+a unit that is still running and pay for it twice).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from coursebuilder import service
+from coursebuilder.models import GenerationRun, GenerationStep
+from extensions import db
+from taskrunner import runner
+from taskrunner.dispatch import RUN_UNIT
+from taskrunner.ledger import ledger
+from taskrunner.registry import registry
+from tasks import workers
+from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES, routes
+from tenancy.models import Tenant
+from tests.support import ROOT, consumer_env, wait_for
+
+DEPLOY = ROOT / "deploy" / "systemd"
+
+
+def stuck_seconds(minutes: int | None, app) -> int:
+    return 60 * (minutes or app.config["TASK_RUNNER_STUCK_AFTER_MINUTES"])
+
+
+def test_every_queue_has_a_consumer_that_enforces_timeouts():
+    assert set(QUEUES) == set(QUEUE_NAMES)
+    for spec in QUEUES.values():
+        assert spec.enforces_timeouts, spec
+        assert spec.workers >= 1
+
+
+def test_every_job_is_routed_to_a_queue_whose_consumer_covers_its_timeout(app):
+    assert service.STEP_JOB in routes.jobs and RUN_UNIT in routes.jobs
+    for spec in routes.jobs.values():
+        served_by = QUEUE_NAMES if spec.queue is None else (spec.queue,)
+        for queue in served_by:
+            assert queue in QUEUES, spec.name
+            assert 0 < spec.timeout <= QUEUES[queue].max_timeout, (spec.name, queue)
+        assert spec.timeout < stuck_seconds(spec.stuck_after_minutes, app), spec.name
+
+
+def test_every_task_type_fits_its_queue_and_its_stuck_threshold(app):
+    # The unit wrapper runs on every queue and takes its timeout from each type's options.
+    definitions = registry.definitions()
+    assert {"diagnostics.probe", "payments.monthly_statements"} <= set(registry.types())
+    for definition in definitions:
+        options = definition.options()
+        assert options.queue in QUEUES, definition.type()
+        assert QUEUES[options.queue].enforces_timeouts
+        assert 0 < options.timeout <= QUEUES[options.queue].max_timeout, definition.type()
+        assert options.timeout < stuck_seconds(options.stuck_after_minutes, app), definition.type()
+
+
+def test_periodic_jobs_fit_the_consumer_that_schedules_them():
+    assert routes.periodic
+    for spec in routes.periodic.values():
+        assert 0 < spec.timeout <= QUEUES[PERIODIC_QUEUE].max_timeout, spec.name
+
+
+def test_the_builder_step_job_is_registered_on_the_builder_queue_only_with_one_try(app):
+    with app.app_context():
+        queues = app.extensions["queues"]
+        step = queues.task(service.STEP_JOB)
+        assert step.huey is queues.huey("builder")
+        task = step.s(1)
+        assert (task.timeout, task.retries) == (1800, 0)
+        for queue in QUEUE_NAMES:
+            names = set(queues.huey(queue)._registry._registry)
+            assert any(name.endswith(RUN_UNIT) for name in names), queue
+            assert any(name.endswith(service.STEP_JOB) for name in names) == (queue == "builder")
+
+
+def test_the_llm_call_gives_up_before_the_step_timeout(app):
+    assert app.config["LLM_TIMEOUT_SECONDS"] < service.STEP_TIMEOUT
+
+
+def flags(command) -> dict[str, str | bool]:
+    args = list(command)
+    found: dict[str, str | bool] = {}
+    for index, arg in enumerate(args):
+        if arg in ("-k", "-w", "-d", "-m"):
+            found[arg] = args[index + 1]
+        elif arg == "-n":
+            found["-n"] = True
+    return found
+
+
+def test_per_queue_mode_starts_one_consumer_per_queue_as_the_table_says():
+    plans = workers.plan("per-queue")
+    assert [p.queues for p in plans] == [(q,) for q in QUEUE_NAMES]
+    for item in plans:
+        spec = QUEUES[item.queues[0]]
+        assert item.command[1:4] == (
+            "-m",
+            "huey.bin.huey_consumer",
+            f"tasks.consumer.{spec.name.replace('-', '_')}",
+        )
+        options = flags(item.command)
+        assert options["-k"] == spec.worker_type and options["-w"] == str(spec.workers)
+        assert ("-n" not in options) == item.periodic
+    assert [p.queues[0] for p in plans if p.periodic] == [PERIODIC_QUEUE]
+
+
+def test_lean_mode_starts_one_consumer_serving_every_queue_once():
+    [lean] = workers.plan("lean")
+    assert lean.command[1:3] == ("-m", "tasks.lean") and lean.periodic
+    lanes = [lean.command[i + 1].split(",") for i, a in enumerate(lean.command) if a == "--lane"]
+    assert sorted(q for lane in lanes for q in lane) == sorted(QUEUE_NAMES)
+    assert len(lanes) == len({spec.lane for spec in QUEUES.values()}) < len(QUEUE_NAMES)
+    assert "-n" not in lean.command
+
+
+@pytest.mark.parametrize("mode", ["per-queue", "lean"])
+def test_queue_filter_and_no_periodic_leave_periodic_tasks_off(mode):
+    plans = workers.plan(mode, ["builder", "long-job"])
+    assert sorted(q for item in plans for q in item.queues) == ["builder", "long-job"]
+    for item in plans:
+        assert not item.periodic and "-n" in item.command
+    for item in workers.plan(mode, QUEUE_NAMES, periodic=False):
+        assert not item.periodic and "-n" in item.command
+
+
+def test_the_workers_command_prints_its_plan_on_dry_run(cli):
+    result = cli.invoke(args=["workers", "--mode", "per-queue", "--queue", "builder", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == " ".join(workers.consumer_command("builder")[1:])
+
+    bad = cli.invoke(args=["workers", "--mode", "fast"])
+    assert bad.exit_code == 2
+
+
+def systemd_units() -> dict[str, configparser.ConfigParser]:
+    units = {}
+    for path in sorted(DEPLOY.glob("taskledger-queue-*.service")):
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        parser.optionxform = str
+        parser.read(path)
+        units[path.name] = parser
+    return units
+
+
+def test_the_systemd_units_match_the_routing_table():
+    units = systemd_units()
+    served: set[str] = set()
+    periodic_units = []
+    for name, unit in units.items():
+        command = shlex.split(unit["Service"]["ExecStart"])
+        module = command[3]
+        queue = {f"tasks.consumer.{q.replace('-', '_')}": q for q in QUEUE_NAMES}[module]
+        periodic = "-n" not in command
+        assert command[1:] == workers.consumer_command(queue, periodic=periodic)[1:], name
+        stop_after = int(unit["Service"]["TimeoutStopSec"])
+        # The signal goes to the consumer, which stops its workers (one signal each).
+        assert unit["Service"]["KillMode"] == "mixed", name
+        if QUEUES[queue].stop == "graceful":  # running jobs finish before the stop
+            assert unit["Service"]["KillSignal"] == "SIGINT", name
+            assert stop_after > QUEUES[queue].max_timeout, name
+        else:  # running jobs are handed back at once
+            assert QUEUES[queue].stop == "hand-back"
+            assert unit["Service"]["KillSignal"] == "SIGTERM", name
+            assert 10 <= stop_after < QUEUES[queue].max_timeout, name
+        served.add(queue)
+        if periodic:
+            periodic_units.append((name, queue))
+    assert served == set(QUEUE_NAMES)
+    assert periodic_units == [("taskledger-queue-default.service", PERIODIC_QUEUE)]
+
+
+def process_tree(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, stack = [], [pid]
+    while stack:
+        current = stack.pop()
+        tree.append(current)
+        stack.extend(children.get(current, []))
+    return tree
+
+
+@pytest.mark.workers
+def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path):
+    """One lean consumer: a probe run (tasks) and a builder run complete; a timeout is hard."""
+    db.session.add(Tenant(id=3, name="Initech"))
+    db.session.commit()
+    # Queued before the consumer starts: one builder step whose job gets a 1 s timeout.
+    slow = service.start(3, "Slow", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 5000})
+    slow_step = db.session.execute(
+        select(GenerationStep.id).join(GenerationRun).where(GenerationRun.uuid == slow)
+    ).scalar_one()
+    queues = ctx.extensions["queues"]
+    queues.huey("builder").flush()
+    step_job = queues.task(service.STEP_JOB)
+    step_job.huey.enqueue(step_job.s(slow_step, timeout=1))
+
+    [lean] = workers.plan("lean", periodic=False)
+    log = open(tmp_path / "lean.log", "wb")
+    process = subprocess.Popen(
+        lean.command,
+        cwd=ROOT,
+        env=consumer_env(ctx),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        probe = runner.start("diagnostics.probe", {"units": 6}, "test")
+        quick = service.start(
+            3, "Quick", lessons=2, quizzes=1, concurrency=2, fake={"latency_ms": 10}
+        )
+
+        def status_of(run_uuid):
+            db.session.rollback()
+            run = db.session.execute(
+                select(GenerationRun).where(GenerationRun.uuid == run_uuid)
+            ).scalar_one()
+            return run if run.status != "running" else None
+
+        assert wait_for(lambda: status_of(quick), timeout=60).status == "completed"
+        failed = wait_for(lambda: status_of(slow), timeout=30)
+        assert failed.status == "failed"
+        assert failed.failure_reason == (
+            "step outline/outline-1 failed: timeout: step ran longer than 1 s"
+        )
+        wait_for(
+            lambda: db.session.rollback() or ledger.get_run(probe.uuid).status != "running",
+            timeout=30,
+        )
+        assert ledger.get_run(probe.uuid).status == "completed"
+        # The lean consumer, its scheduler and one worker per lane: nothing else.
+        lanes = sum(1 for arg in lean.command if arg == "--lane")
+        assert len(process_tree(process.pid)) == 1 + 1 + lanes
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+    assert process.returncode == 0, (tmp_path / "lean.log").read_text()[-3000:]
+    assert sys.executable == lean.command[0]
+
+
+@pytest.mark.parametrize("driver", ["sqlite", "redis", "postgres"])
+def test_every_queue_is_its_own_huey_in_each_driver_variant(make_app, tmp_path, driver):
+    from huey import PostgresHuey, RedisHuey, SqliteHuey
+
+    from tests.conftest import BACKEND
+
+    if driver == "postgres" and BACKEND != "postgres":
+        pytest.skip("PostgresHuey needs the PostgreSQL ledger (TEST_BACKEND=postgres)")
+    # Nothing here may touch a live queue: an unreachable Redis, a scratch SQLite file.
+    app = make_app(
+        QUEUE_DRIVER=driver,
+        REDIS_URL="redis://127.0.0.1:1/0",
+        QUEUE_SQLITE_PATH=str(tmp_path / "variant.sqlite3"),
+    )
+    expected = {"sqlite": SqliteHuey, "redis": RedisHuey, "postgres": PostgresHuey}[driver]
+    with app.app_context():
+        hueys = app.extensions["queues"].all()
+    assert set(hueys) == set(QUEUE_NAMES)
+    assert all(type(huey) is expected for huey in hueys.values())
+    # A dedicated name per queue: its consumer alone decides how its jobs run.
+    assert len({huey.name for huey in hueys.values()}) == len(QUEUE_NAMES)
+
+
+def test_a_unit_job_carries_its_task_types_timeout_on_its_types_queue(ctx):
+    definition = registry.get("diagnostics.probe")
+    options = definition.options()
+    queue = ctx.extensions["queues"].huey(options.queue)
+    queue.flush()
+
+    runner.start("diagnostics.probe", {"units": 2}, "test")
+
+    pending = queue.pending()
+    assert [task.name.rsplit(".", 2)[-2:] for task in pending] == [["taskrunner", "run_unit"]] * 2
+    assert {task.timeout for task in pending} == {options.timeout}
+    assert options.timeout != routes.jobs[RUN_UNIT].timeout  # the type's, not the default

@@ -1,0 +1,138 @@
+"""Retry and cancel through the real forms: the ledger changes and an operator action is kept."""
+
+from __future__ import annotations
+
+from taskrunner import runner
+from taskrunner.ledger import ledger
+from tests.web.backoffice_support import ADDRESS, browser, make_user, sign_in
+
+
+def submit_button(page, name: str):
+    """The form on ``page`` whose button is called ``name``, submitted."""
+    for form in page.forms.values():
+        if name in form.fields:
+            return form.submit(name)
+    raise AssertionError(f"no form with a {name!r} button")
+
+
+def manager_on(app):
+    with app.app_context():
+        manager = make_user(
+            "manager@example.com", "task-runner.runs.view", "task-runner.runs.manage"
+        )
+    web = browser(app)
+    sign_in(web, manager)
+    return web
+
+
+def test_retry_of_failed_units_through_the_form_reruns_only_those(inline_app, controlled):
+    controlled.failing = {"k2", "k4"}
+    with inline_app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 5, "tenants": 1}, "test").uuid
+        assert ledger.get_run(run_uuid).status == "completed_with_failures"
+    controlled.failing.clear()
+    web = manager_on(inline_app)
+
+    page = web.get(f"/backoffice/task-runs/{run_uuid}")
+    confirm = submit_button(page, "retry-failed")
+    assert "2 units" in confirm.text
+    assert ledger_unchanged(inline_app, run_uuid, "completed_with_failures")
+    done = confirm.forms["confirm"].submit().follow()
+
+    assert "Retrying 2 units." in done.text
+    assert dict(controlled.executions) == {"k1": 1, "k2": 2, "k3": 1, "k4": 2, "k5": 1}
+    with inline_app.app_context():
+        run = ledger.get_run(run_uuid)
+        assert run.status == "completed"
+        assert (run.units_completed, run.units_failed) == (5, 0)
+        [action] = ledger.run_actions(run)
+        assert (action.action, action.actor, action.source, action.address) == (
+            "retry",
+            "manager@example.com",
+            "web",
+            ADDRESS,
+        )
+        assert action.detail["failed_only"] is True and action.detail["units"] == 2
+    assert "manager@example.com" in done.text
+
+
+def ledger_unchanged(app, run_uuid: str, status: str) -> bool:
+    with app.app_context():
+        run = ledger.get_run(run_uuid)
+        return run.status == status and ledger.run_actions(run) == []
+
+
+def test_cancel_through_the_form_skips_the_pending_units(app, controlled):
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 3}, "test").uuid
+    web = manager_on(app)
+
+    confirm = submit_button(web.get(f"/backoffice/task-runs/{run_uuid}"), "cancel")
+    assert "3 units" in confirm.text
+    done = confirm.forms["confirm"].submit().follow()
+
+    assert "Run cancelled; 3 units skipped." in done.text
+    with app.app_context():
+        run = ledger.get_run(run_uuid)
+        assert run.status == "cancelled" and run.units_skipped == 3
+        [action] = ledger.run_actions(run)
+        assert (action.action, action.actor, action.address) == (
+            "cancel",
+            "manager@example.com",
+            ADDRESS,
+        )
+    assert "Cancel run" not in done.text
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(app, controlled):
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 2}, "test").uuid
+    web = manager_on(app)
+
+    for action in ("cancel", "retry"):
+        response = web.post(
+            f"/backoffice/task-runs/{run_uuid}/{action}", {"confirm": "yes"}, status=400
+        )
+        assert "security token" in response.text
+    assert ledger_unchanged(app, run_uuid, "running")
+
+
+def test_a_refused_retry_comes_back_as_a_flash_message(app, controlled):
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 2}, "test").uuid
+        runner.cancel(run_uuid)
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+    done = web.post(
+        f"/backoffice/task-runs/{run_uuid}/retry", {"csrf_token": token, "confirm": "yes"}
+    ).follow()
+
+    assert "Nothing retried:" in done.text and "is cancelled" in done.text
+
+
+def test_the_stale_units_page_retries_them_after_a_confirmation(make_app, controlled):
+    # A heartbeat interval of 0 makes any running unit count as "worker lost" at once.
+    app = make_app(TASK_RUNNER_HEARTBEAT_SECONDS=0)
+    with app.app_context():
+        dispatch = ledger.create_run(
+            controlled.type(), {}, "test", controlled.units({"units": 3}), 100
+        )
+        first = ledger.dispatch_batch(dispatch, 0, 1)[0]
+        assert ledger.claim(first, dispatch.token) is not None
+    web = manager_on(app)
+
+    page = web.get("/backoffice/stale-units")
+    assert "worker lost" in page.text and "k1" in page.text
+    confirm = page.forms[1].submit()
+    assert "1 stale unit" in confirm.text
+    done = confirm.forms["confirm"].submit().follow()
+
+    assert "Retrying 1 stale unit." in done.text
+    assert "Nothing is stale" in done.text
+    with app.app_context():
+        run = ledger.get_run(dispatch.run_uuid)
+        unit = ledger.find_unit(run, "k1")
+        assert (unit["status"], unit["attempts"]) == ("pending", 1)
+        [action] = ledger.run_actions(run)
+        assert action.detail["stale_only"] is True and action.source == "web"

@@ -1,0 +1,201 @@
+"""The JSON read API: the pinned shapes of SPEC §9, cursor pagination, uuids only."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskrunner import runner
+from taskrunner.ledger import ledger
+from tests.web.backoffice_support import browser, finished_run, make_user, sign_in
+
+RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
+COUNT_KEYS = {"total", "pending", "running", "completed", "failed", "skipped", "stale"}
+UNIT_KEYS = {
+    "unit_key",
+    "tenant_id",
+    "status",
+    "attempts",
+    "last_error",
+    "started_at",
+    "finished_at",
+    "stale",
+    "stale_reason",
+}
+
+
+@pytest.fixture
+def api(app):
+    with app.app_context():
+        viewer = make_user("viewer@example.com", "task-runner.runs.view")
+    web = browser(app)
+    sign_in(web, viewer)
+    return web
+
+
+def test_the_run_list_pages_newest_first_with_next_cursor(app, api):
+    with app.app_context():
+        made = [finished_run("diagnostics.probe", [f"probe-{i}"], {}) for i in range(7)]
+
+    seen, cursor = [], None
+    for _ in range(4):
+        query = "limit=3" + (f"&cursor={cursor}" if cursor else "")
+        body = api.get(f"/api/v1/backoffice/task-runs?{query}").json
+        assert set(body) == {"runs", "next_cursor"}
+        seen += [run["uuid"] for run in body["runs"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+
+    assert seen == list(reversed(made))
+    assert all(set(run) == RUN_KEYS for run in body["runs"])
+
+
+def test_the_run_list_filters_by_type_and_status(app, api, controlled):
+    with app.app_context():
+        finished_run("diagnostics.probe", ["probe-1"], {"probe-1": "probe unit 1 failed"})
+        running = runner.start(controlled.type(), {"units": 2}, "test").uuid
+
+    by_type = api.get(f"/api/v1/backoffice/task-runs?type={controlled.type()}").json["runs"]
+    by_status = api.get("/api/v1/backoffice/task-runs?status=failed").json["runs"]
+
+    assert [r["uuid"] for r in by_type] == [running]
+    assert by_type[0]["units"] == {
+        "total": 2,
+        "pending": 2,
+        "running": 0,
+        "completed": 0,
+        "failed": 0,
+        "skipped": 0,
+        "stale": 0,
+    }
+    assert [r["type"] for r in by_status] == ["diagnostics.probe"]
+
+
+def test_a_run_detail_has_the_pinned_shape_and_no_internal_ids(app, api):
+    with app.app_context():
+        run_uuid = finished_run(
+            "diagnostics.probe",
+            ["probe-1", "probe-2"],
+            {"probe-2": "probe unit 2 failed"},
+            tenants={"probe-2": 4},
+        )
+
+    body = api.get(f"/api/v1/backoffice/task-runs/{run_uuid}").json
+
+    assert set(body) == RUN_KEYS | {"failed_units", "stale_units", "events"}
+    assert set(body["units"]) == COUNT_KEYS
+    assert body["status"] == "completed_with_failures"
+    [failed] = body["failed_units"]
+    assert set(failed) == UNIT_KEYS
+    assert (failed["unit_key"], failed["tenant_id"], failed["last_error"]) == (
+        "probe-2",
+        4,
+        "probe unit 2 failed",
+    )
+    assert {e["name"] for e in body["events"]} >= {
+        "tasks.run.started",
+        "tasks.unit.failed",
+        "tasks.run.failed",
+    }
+    assert all(set(e) == {"id", "name", "at", "payload"} for e in body["events"])
+    assert '"id": 1' not in str(body) and "task_run_id" not in str(body)
+
+
+def test_the_units_of_a_run_page_by_unit_key(app, api):
+    keys = [f"doc-{i:02d}" for i in range(12)]
+    with app.app_context():
+        run_uuid = finished_run("diagnostics.probe", keys, {"doc-03": "broken"})
+
+    seen, cursor = [], ""
+    while True:
+        body = api.get(
+            f"/api/v1/backoffice/task-runs/{run_uuid}/units?limit=5"
+            f"{'&cursor=' + cursor if cursor else ''}"
+        ).json
+        seen += [u["unit_key"] for u in body["units"]]
+        cursor = body["next_cursor"]
+        if not cursor:
+            break
+    failed = api.get(f"/api/v1/backoffice/task-runs/{run_uuid}/units?status=failed").json
+
+    assert seen == keys
+    assert [u["unit_key"] for u in failed["units"]] == ["doc-03"]
+
+
+def test_error_groups_fold_numbers_and_name_the_tenants(app, api):
+    with app.app_context():
+        run_uuid = finished_run(
+            "diagnostics.probe",
+            [f"probe-{i}" for i in range(1, 8)],
+            {
+                "probe-2": "probe unit 2 failed",
+                "probe-4": "probe unit 4 failed",
+                "probe-6": "probe unit 6 failed",
+                "probe-5": "unhandled x.Vendor — see logs",
+            },
+            tenants={"probe-2": 12, "probe-4": 14, "probe-6": 12, "probe-5": 3},
+        )
+
+    body = api.get(f"/api/v1/backoffice/task-runs/{run_uuid}/errors").json
+
+    assert body["groups"] == [
+        {
+            "reason": "probe unit # failed",
+            "example": "probe unit 2 failed",
+            "count": 3,
+            "tenants": 2,
+            "tenant_sample": [12, 14],
+        },
+        {
+            "reason": "unhandled x.Vendor — see logs",
+            "example": "unhandled x.Vendor — see logs",
+            "count": 1,
+            "tenants": 1,
+            "tenant_sample": [3],
+        },
+    ]
+
+
+def test_a_tenants_history_spans_runs_newest_first(app, api):
+    with app.app_context():
+        older = finished_run(
+            "payments.monthly_statements",
+            ["tenant-5:2026-09"],
+            {"tenant-5:2026-09": "no billing address"},
+            {"tenant-5:2026-09": 5},
+        )
+        newer = finished_run(
+            "payments.monthly_statements",
+            ["tenant-5:2026-10"],
+            {"tenant-5:2026-10": "no billing address"},
+            {"tenant-5:2026-10": 5},
+        )
+        finished_run(
+            "payments.monthly_statements", ["tenant-6:2026-10"], {}, {"tenant-6:2026-10": 6}
+        )
+
+    body = api.get("/api/v1/backoffice/units?tenant=5").json
+    page = api.get("/backoffice/units?tenant=5")
+
+    assert [u["run_uuid"] for u in body["units"]] == [newer, older]
+    assert "Failed in its last 2 runs." in page.text
+    api.get("/api/v1/backoffice/units", status=400)
+
+
+def test_a_unit_page_lists_only_that_units_events(app, api):
+    with app.app_context():
+        run_uuid = finished_run(
+            "diagnostics.probe",
+            ["probe-1", "probe-2", "probe-12"],
+            {"probe-2": "probe unit 2 failed", "probe-12": "probe unit 12 failed"},
+        )
+        run = ledger.get_run(run_uuid)
+        events = ledger.unit_events(run, "probe-2")
+        ledger.session.remove()
+
+    assert [(e["name"], e["payload"]["unit_key"]) for e in events] == [
+        ("tasks.unit.failed", "probe-2")
+    ]
+    page = api.get(f"/backoffice/task-runs/{run_uuid}/units/probe-2")
+    assert "probe unit 2 failed" in page.text
+    assert "probe unit 12 failed" not in page.text

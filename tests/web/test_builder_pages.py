@@ -1,0 +1,119 @@
+"""The course-builder pages: permission, runs list, run page, and its live stream."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select, update
+
+from coursebuilder import service
+from coursebuilder.models import GenerationStep
+from extensions import db
+from tenancy.models import Tenant
+from tests.web.backoffice_support import browser, make_user, sign_in
+
+BUILDER_VIEW = "course-builder.runs.view"
+UNKNOWN = "0d7c8d55-52a5-4a4b-9d59-6c8f2a3c9a11"
+
+
+@pytest.fixture
+def builder_app(app):
+    app.config["BUILDER_STREAM_SECONDS"] = 1
+    with app.app_context():
+        db.session.add(Tenant(id=4, name="Umbrella"))
+        db.session.commit()
+    return app
+
+
+@pytest.fixture
+def builder_web(builder_app):
+    # No app context stays pushed: each request gets its own (``g``, the session).
+    with builder_app.app_context():
+        viewer = make_user("builder@example.test", BUILDER_VIEW)
+    web = browser(builder_app)
+    sign_in(web, viewer)
+    return web
+
+
+def start_run(app, quizzes: int = 1, fail_first: bool = False) -> str:
+    with app.app_context():
+        run_uuid = service.start(
+            4, "Rivers <b>and</b> seas", lessons=2, quizzes=quizzes, concurrency=1
+        )
+        if fail_first:
+            step = db.session.execute(
+                select(GenerationStep).where(GenerationStep.key == "outline-1")
+            ).scalar_one()
+            db.session.execute(
+                update(GenerationStep).where(GenerationStep.id == step.id).values(status="running")
+            )
+            db.session.commit()
+            service._fail_run(
+                step.run_id, step.id, "step outline/outline-1 failed: quota <exceeded>"
+            )
+        db.session.remove()
+    return run_uuid
+
+
+def test_the_runs_list_shows_each_run_with_its_stage_and_links_to_it(builder_app, builder_web):
+    run_uuid = start_run(builder_app)
+    page = builder_web.get("/builder/runs")
+
+    assert "Rivers &lt;b&gt;and&lt;/b&gt; seas" in page.text  # escaped, never raw
+    assert "outline" in page.text
+    assert page.click(href=f"/builder/runs/{run_uuid}").status_int == 200
+
+
+def test_the_run_page_shows_its_stages_steps_and_events(builder_app, builder_web):
+    run_uuid = start_run(builder_app, quizzes=0)
+    page = builder_web.get(f"/builder/runs/{run_uuid}")
+
+    section = page.html.find(id="builder-run")
+    assert section["data-stream"] == f"/builder/runs/{run_uuid}/stream"
+    stages = [row.find("td").text for row in page.html.select("table.stages tbody tr")]
+    assert stages == ["outline", "lessons", "quizzes", "review"]
+    keys = [td.text for td in page.html.select("table.steps td.key")]
+    assert keys == ["outline-1", "outline-2"]
+    assert "STAGE_OPENED" in page.text
+
+
+def test_a_failed_run_shows_its_reason_escaped_and_stops_streaming(builder_app, builder_web):
+    run_uuid = start_run(builder_app, fail_first=True)
+    page = builder_web.get(f"/builder/runs/{run_uuid}")
+
+    assert "quota &lt;exceeded&gt;" in page.text
+    assert not page.html.find(id="builder-run").get("data-stream")
+    stream = builder_web.get(f"/builder/runs/{run_uuid}/stream")
+    assert stream.content_type == "text/event-stream"
+    assert "event: changed" in stream.text and "event: finished" in stream.text
+    assert '"status": "failed"' in stream.text
+
+
+def test_the_stream_of_a_running_run_ends_after_its_time_limit(builder_app, builder_web):
+    run_uuid = start_run(builder_app)
+    body = builder_web.get(f"/builder/runs/{run_uuid}/stream").text
+    assert body.startswith("retry: 2000")
+    assert body.count("event: changed") == 1 and "event: finished" not in body
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/builder/runs/not-a-uuid",
+        f"/builder/runs/{UNKNOWN}",
+        "/builder/runs/nope/stream",
+        f"/builder/runs?before={UNKNOWN}",
+    ],
+)
+def test_unknown_or_malformed_runs_are_404(builder_web, path):
+    builder_web.get(path, status=404)
+
+
+def test_the_pages_need_a_sign_in_and_the_builder_permission(builder_app):
+    run_uuid = start_run(builder_app)
+    assert browser(builder_app).get("/builder/runs", status=302).location.startswith("/login")
+    with builder_app.app_context():
+        other = make_user("runs-only@example.test", "task-runner.runs.view")
+    web = browser(builder_app)
+    sign_in(web, other)
+    for path in ("/builder/runs", f"/builder/runs/{run_uuid}", f"/builder/runs/{run_uuid}/stream"):
+        web.get(path, status=403)

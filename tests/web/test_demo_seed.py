@@ -1,0 +1,41 @@
+"""``flask demo seed``: a newcomer lands on a populated backoffice and can sign in."""
+
+from __future__ import annotations
+
+import re
+
+from taskrunner.ledger import ledger
+from tests.web.backoffice_support import Operator, browser, sign_in
+
+
+def test_demo_seed_fills_the_backoffice_and_prints_a_working_password(app, cli):
+    result = cli.invoke(args=["demo", "seed"])
+
+    assert result.exit_code == 0, result.output
+    assert "tenants created: 40" in result.output
+    password = re.search(r"operator: operator@example.com  password: (\S+)", result.output)[1]
+    with app.app_context():
+        runs = ledger.runs_page(limit=10).items
+        statuses = sorted(run.status for run in runs)
+        sweep = next(r for r in runs if r.type == "payments.monthly_statements")
+        reasons = {g.reason for g in ledger.error_groups(sweep)}
+    assert statuses == [
+        "cancelled",
+        "completed_with_failures",
+        "completed_with_failures",
+        "running",
+    ]
+    assert "tenant # has no billing address for #-#" in reasons
+    assert "unhandled sqlalchemy.exc.OperationalError — see logs" in reasons
+
+    web = browser(app)
+    assert sign_in(web, Operator("operator@example.com", password)).status_int == 302
+    page = web.get("/backoffice/task-runs")
+    assert page.text.count("payments.monthly_statements") >= 2
+
+
+def test_demo_seed_twice_keeps_the_operator_password(cli):
+    cli.invoke(args=["demo", "seed"])
+    again = cli.invoke(args=["demo", "seed"])
+    assert again.exit_code == 0
+    assert "already exists (password unchanged)" in again.output

@@ -1,0 +1,65 @@
+"""``flask tenants token create|list|revoke``: shown once, stored hashed, revocable."""
+
+from __future__ import annotations
+
+import webtest
+from sqlalchemy import select
+
+from asyncrequests.models import TenantApiToken
+from extensions import db
+from tests.web.tenant_api_support import PERIOD, bearer, make_tenant
+
+
+def tenant(app) -> int:
+    with app.app_context():
+        return make_tenant("Acme")
+
+
+def test_a_created_token_is_printed_once_stored_hashed_and_authenticates(app, cli):
+    tenant_id = tenant(app)
+
+    result = cli.invoke(args=["tenants", "token", "create", str(tenant_id), "--name", "erp"])
+
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip().splitlines()[-1]
+    assert token.startswith("tlk_")
+    assert "not shown again" in result.stderr
+    with app.app_context():
+        row = db.session.execute(select(TenantApiToken)).scalar_one()
+        stored = " ".join(str(v) for v in (row.public_id, row.name, row.secret_hash))
+    assert token not in stored and token.split("_", 2)[2] not in stored
+    assert (row.tenant_id, row.name) == (tenant_id, "erp")
+    webtest.TestApp(app).post_json(
+        "/api/v1/statements/requests", {"period": PERIOD}, headers=bearer(token), status=202
+    )
+    listing = cli.invoke(args=["tenants", "token", "list", str(tenant_id)])
+    assert row.public_id in listing.output and token not in listing.output
+
+
+def test_a_token_for_an_unknown_tenant_is_refused_in_one_line(app, cli):
+    result = cli.invoke(args=["tenants", "token", "create", "424242"])
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: no tenant 424242\n"
+
+
+def test_a_tenant_id_that_is_not_a_number_is_a_usage_error(cli):
+    result = cli.invoke(args=["tenants", "token", "create", "acme"])
+
+    assert result.exit_code == 2
+
+
+def test_revoking_an_unknown_token_is_refused_and_revoking_twice_is_harmless(app, cli):
+    tenant_id = tenant(app)
+    token = cli.invoke(args=["tenants", "token", "create", str(tenant_id)]).stdout.split()[-1]
+
+    unknown = cli.invoke(args=["tenants", "token", "revoke", "0123456789ab"])
+    first = cli.invoke(args=["tenants", "token", "revoke", token])
+    second = cli.invoke(args=["tenants", "token", "revoke", token.split("_")[1]])
+
+    assert (unknown.exit_code, unknown.stderr) == (1, "error: no token 0123456789ab\n")
+    assert first.exit_code == 0 and "revoked" in first.stderr
+    assert second.exit_code == 0 and "already revoked" in second.stderr
+    webtest.TestApp(app).get(
+        "/api/v1/async-requests/" + "0" * 36, headers=bearer(token), status=401
+    )

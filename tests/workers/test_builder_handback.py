@@ -1,0 +1,96 @@
+"""A builder consumer stopped with SIGTERM mid-step hands the step back; the run finishes."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from sqlalchemy import select
+
+from coursebuilder import service
+from coursebuilder.models import GenerationRun, GenerationStep
+from extensions import db
+from tenancy.models import Tenant
+from tests.support import wait_for
+
+pytestmark = pytest.mark.workers
+
+
+def step(key: str) -> GenerationStep:
+    db.session.rollback()
+    return db.session.execute(select(GenerationStep).where(GenerationStep.key == key)).scalar_one()
+
+
+def test_a_step_interrupted_by_sigterm_is_queued_again_and_run_by_the_next_consumer(ctx, consumers):
+    db.session.add(Tenant(id=9, name="Hooli"))
+    db.session.commit()
+    run_uuid = service.start(
+        9, "Handed back", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 1000}
+    )
+    first = consumers.start("builder", workers=1)
+    wait_for(
+        lambda: step("outline-1").status == "running", timeout=30, message="the first step to start"
+    )
+
+    first.send_signal(signal.SIGTERM)  # to the consumer only, as systemd's KillMode=mixed
+    first.wait(timeout=15)
+    handed = step("outline-1")
+    assert (handed.status, handed.attempts) == ("queued", 1)
+
+    consumers.start("builder", workers=1)
+    run = wait_for(
+        lambda: (
+            db.session.rollback()
+            or db.session.execute(
+                select(GenerationRun).where(
+                    GenerationRun.uuid == run_uuid, GenerationRun.status != "running"
+                )
+            ).scalar_one_or_none()
+        ),
+        timeout=60,
+        message="the run to finish",
+    )
+    assert run.status == "completed", run.failure_reason
+    assert step("outline-1").attempts == 2
+    assert "handed back on shutdown" in consumers.logs()
+
+
+def test_a_step_whose_consumer_was_killed_is_recovered_by_the_sweep(ctx, consumers):
+    from datetime import timedelta
+
+    from database import utcnow
+
+    db.session.add(Tenant(id=9, name="Hooli"))
+    db.session.commit()
+    run_uuid = service.start(
+        9, "Killed", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 1000}
+    )
+    first = consumers.start("builder", workers=1)
+    wait_for(
+        lambda: step("outline-1").status == "running",
+        timeout=30,
+        message="the first step to start",
+    )
+    consumers.kill(first)  # SIGKILL: no signal handler runs, the step stays "running"
+    assert step("outline-1").status == "running"
+
+    # Nothing is recovered before the step could still be alive...
+    assert service.recover() == 0
+    # ...and once it has outlived its hard timeout, the sweep queues it again.
+    later = utcnow() + timedelta(minutes=service.STEP_STUCK_AFTER_MINUTES + 1)
+    assert service.recover(later) == 1
+    consumers.start("builder", workers=1)
+    run = wait_for(
+        lambda: (
+            db.session.rollback()
+            or db.session.execute(
+                select(GenerationRun).where(
+                    GenerationRun.uuid == run_uuid, GenerationRun.status != "running"
+                )
+            ).scalar_one_or_none()
+        ),
+        timeout=60,
+        message="the run to finish",
+    )
+    assert run.status == "completed", run.failure_reason
+    assert step("outline-1").attempts == 2

@@ -1,0 +1,72 @@
+"""Graceful hand-back: a consumer stopped with SIGTERM mid-run loses no unit.
+
+Huey 3.5's consumer answers SIGTERM by sending SIGTERM to its process workers; a
+worker running a task raises KeyboardInterrupt inside it and fires
+``SIGNAL_INTERRUPTED`` in that worker process, where the wrapper hands the unit back.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from extensions import db
+from taskrunner import runner
+from taskrunner.ledger import ledger
+from taskrunner.reports import run_detail
+from tests import ops_types
+from tests.ops_types import EXTRA_MODULES, SLOW
+from tests.support import Consumers, wait_for
+
+pytestmark = pytest.mark.workers
+
+
+@pytest.fixture
+def ops_ctx(make_app, tmp_path):
+    app = make_app(TASK_RUNNER_HEARTBEAT_SECONDS=1)
+    ops_types.init_app(app)
+    pool = Consumers(app, tmp_path)
+    with app.app_context():
+        yield pool
+    pool.stop_all()
+    ops_types.unregister_all()
+
+
+def counts(run_uuid: str) -> dict[str, int]:
+    db.session.rollback()
+    return run_detail(ledger.get_run(run_uuid))["units"]
+
+
+def run_status(run_uuid: str) -> str:
+    db.session.rollback()
+    return ledger.get_run(run_uuid).status
+
+
+def test_sigterm_mid_run_hands_units_back_and_a_new_consumer_completes_them_all(ops_ctx):
+    first = ops_ctx.start("tasks", workers=2, **EXTRA_MODULES)
+    handle = runner.start(SLOW, {"units": 20, "sleep": 1.0}, "test")
+    wait_for(
+        lambda: counts(handle.uuid)["completed"] >= 2 and counts(handle.uuid)["running"] == 2,
+        timeout=60,
+        message="two units running after some completed",
+    )
+
+    first.send_signal(signal.SIGTERM)  # a deploy stopping the consumer
+    first.wait(timeout=30)
+
+    stopped = counts(handle.uuid)
+    assert stopped["running"] == 0
+    assert stopped["completed"] < 20
+    assert stopped["pending"] == 20 - stopped["completed"]
+    assert ops_ctx.logs().count("handed back on shutdown as a new job") == 2
+
+    ops_ctx.start("tasks", workers=2, **EXTRA_MODULES)
+    wait_for(lambda: run_status(handle.uuid) != "running", timeout=60, message="the run to close")
+    run = ledger.get_run(handle.uuid)
+    detail = run_detail(run)
+    assert (run.status, run.units_completed, run.units_failed) == ("completed", 20, 0)
+    assert detail["units"]["stale"] == 0
+    assert ledger.actions_of(run) == []  # no retry: nobody had to do anything
+    assert ledger.count_events("tasks.unit.stuck", run) == 0
+    assert ledger.count_events("tasks.run.completed", run) == 1
