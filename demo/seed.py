@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from accounts.permissions import PERMISSIONS
 from accounts.services import create_user, find_user
+from coursebuilder import service as builder
 from extensions import db
 from payments.statements import TYPE as STATEMENTS
 from payments.statements import StatementError, generate_statement, unit_key
@@ -75,6 +76,7 @@ STATUSES = ("active", "active", "active", "trial", "past_due", "active", "closed
 class Seeded:
     tenants: int = 0
     runs: list[str] = field(default_factory=list)
+    builds: list[str] = field(default_factory=list)
     operator: str = OPERATOR
     password: str | None = None
 
@@ -144,5 +146,16 @@ def seed() -> Seeded:
         "cli",
     )
     result.runs.append(running.uuid)
+    first_tenant = db.session.execute(select(func.min(Tenant.id))).scalar_one()
+    result.builds.append(
+        builder.start(
+            first_tenant,
+            "Onboarding for new accountants",
+            quizzes=2,
+            concurrency=2,
+            fake={"latency_ms": 1500},
+            initiator="cli",
+        )
+    )
     result.password = seed_operator()
     return result

@@ -70,9 +70,9 @@ def generate_statement(tenant_id: int, period: str) -> Statement:
     }
     insert = sqlite_insert if is_sqlite(db.session) else pg_insert
     db.session.execute(
-        insert(Statement).values(**values).on_conflict_do_nothing(
-            index_elements=["tenant_id", "period"]
-        )
+        insert(Statement)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["tenant_id", "period"])
     )
     statement = db.session.execute(
         select(Statement).where(Statement.tenant_id == tenant_id, Statement.period == period)

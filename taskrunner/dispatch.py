@@ -15,9 +15,9 @@ from huey.api import Task
 from huey.signals import SIGNAL_ENQUEUED
 from huey.storage import RedisStorage
 
-from tasks.queues import queues
 from taskrunner.contract import TaskOptions
 from taskrunner.ledger import Dispatch, ledger
+from tasks.queues import queues
 
 RUN_UNIT = "taskrunner.run_unit"
 

@@ -8,7 +8,6 @@ dispatch token), so a late, duplicated or superseded job changes nothing.
 
 from __future__ import annotations
 
-import json
 import uuid as uuid_lib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -20,7 +19,6 @@ from flask import current_app
 from sqlalchemy import (
     and_,
     bindparam,
-    case,
     delete,
     exists,
     func,
@@ -676,39 +674,14 @@ class TaskRunLedger(LedgerQueries):
 
     def stale_reason_expr(self, now: datetime):
         """SQL for a unit's stale reason (or NULL), with each type's own threshold."""
-        config = current_app.config
-        lost = now - timedelta(seconds=3 * config["TASK_RUNNER_HEARTBEAT_SECONDS"])
-        default_minutes = config["TASK_RUNNER_STUCK_AFTER_MINUTES"]
-        horizon_minutes = config["TASK_RUNNER_RETRY_HORIZON_HOURS"] * 60
-        # A deployment may flag lost queued jobs sooner than running ones (0: same threshold).
-        never_seconds = config.get("TASK_RUNNER_NEVER_STARTED_SECONDS") or 0
-        long_whens, never_whens = [], []
         # Correlated to the unit only: a caller joining task_runs must not empty its FROM.
-        run_type = select(TaskRun.type).where(TaskRun.id == TaskRunUnit.task_run_id)
-        run_type = run_type.correlate(TaskRunUnit).scalar_subquery()
-        for definition in registry.definitions():
-            options = definition.options()
-            minutes = options.stuck_after_minutes or default_minutes
-            pending_minutes = max(minutes, horizon_minutes) if options.rate_per_minute else minutes
-            long_whens.append((run_type == definition.type(), now - timedelta(minutes=minutes)))
-            never_after = (
-                timedelta(seconds=never_seconds)
-                if never_seconds and not options.rate_per_minute
-                else timedelta(minutes=pending_minutes)
-            )
-            never_whens.append((run_type == definition.type(), now - never_after))
-        default_cutoff = now - timedelta(minutes=default_minutes)
-        long_cutoff = case(*long_whens, else_=default_cutoff) if long_whens else default_cutoff
-        never_cutoff = case(*never_whens, else_=default_cutoff) if never_whens else default_cutoff
-        return case(
-            (and_(TaskRunUnit.status == UnitStatus.RUNNING,
-                  TaskRunUnit.heartbeat_at < lost), literal("worker lost")),
-            (and_(TaskRunUnit.status == UnitStatus.RUNNING,
-                  TaskRunUnit.started_at < long_cutoff), literal("running too long")),
-            (and_(TaskRunUnit.status == UnitStatus.PENDING,
-                  TaskRunUnit.queued_at < never_cutoff), literal("never started")),
-            else_=None,
+        run_type = (
+            select(TaskRun.type)
+            .where(TaskRun.id == TaskRunUnit.task_run_id)
+            .correlate(TaskRunUnit)
+            .scalar_subquery()
         )
+        return self._stale_reason_by_type(run_type, now)
 
     def mark_stuck(self, limit: int = 1000) -> int:
         """The stuck sweep: emit ``tasks.unit.stuck`` once per stale episode."""

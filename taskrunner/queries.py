@@ -86,21 +86,30 @@ class LedgerQueries:
     # -- stale thresholds ------------------------------------------------------------
 
     def stale_cutoffs(self, type_: str, now: datetime) -> StaleCutoffs:
+        """The one place stale thresholds are computed (SPEC §10), per task type."""
         config = current_app.config
         default_minutes = config["TASK_RUNNER_STUCK_AFTER_MINUTES"]
-        minutes, pending_minutes = default_minutes, default_minutes
+        minutes = default_minutes
+        throttled = False
         definition = registry.find(type_)
         if definition is not None:
             options = definition.options()
             minutes = options.stuck_after_minutes or default_minutes
-            if options.rate_per_minute:
-                pending_minutes = max(minutes, config["TASK_RUNNER_RETRY_HORIZON_HOURS"] * 60)
-            else:
-                pending_minutes = minutes
+            throttled = bool(options.rate_per_minute)
+        if throttled:
+            # A throttled fleet legitimately waits up to its drain horizon.
+            never_after = timedelta(
+                minutes=max(minutes, config["TASK_RUNNER_RETRY_HORIZON_HOURS"] * 60)
+            )
+        elif config.get("TASK_RUNNER_NEVER_STARTED_SECONDS"):
+            # A deployment may flag lost queued jobs sooner than running ones.
+            never_after = timedelta(seconds=config["TASK_RUNNER_NEVER_STARTED_SECONDS"])
+        else:
+            never_after = timedelta(minutes=minutes)
         return StaleCutoffs(
             lost=now - timedelta(seconds=3 * config["TASK_RUNNER_HEARTBEAT_SECONDS"]),
             too_long=now - timedelta(minutes=minutes),
-            never_started=now - timedelta(minutes=pending_minutes),
+            never_started=now - never_after,
         )
 
     def _stale_reason_for(self, cut: StaleCutoffs):

@@ -38,8 +38,9 @@ def prune() -> None:
     from taskrunner.runner import prune as prune_runs
 
     report = prune_runs(actor=Actor("schedule"))
-    logger.info("Pruned %d runs, %d units, %d queue leftovers", report.runs, report.units,
-                report.queue_keys)
+    logger.info(
+        "Pruned %d runs, %d units, %d queue leftovers", report.runs, report.units, report.queue_keys
+    )
 
 
 @periodic("payments.monthly_statements", crontab(minute="0", hour="2", day="1"), timeout=600)

@@ -27,6 +27,9 @@ def test_demo_seed_fills_the_backoffice_and_prints_a_working_password(app, cli):
     ]
     assert "tenant # has no billing address for #-#" in reasons
     assert "unhandled sqlalchemy.exc.OperationalError — see logs" in reasons
+    build = re.search(r"course build: /builder/runs/(\S+)", result.output)[1]
+    status = cli.invoke(args=["builder", "status", build, "--json"])
+    assert status.exit_code == 0 and '"stage": "outline"' in status.output
 
     web = browser(app)
     assert sign_in(web, Operator("operator@example.com", password)).status_int == 302
