@@ -23,7 +23,13 @@ from typing import Any
 
 from sqlalchemy import func, select, text
 
-from bench.support import ProcessPool, build_app, consumer_env, ensure_postgres_database
+from bench.support import (
+    ProcessPool,
+    build_app,
+    consumer_env,
+    ensure_postgres_database,
+    reset_postgres_schema,
+)
 
 DATABASE_URL = os.environ.get(
     "BENCH_BUILDER_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/bench_builder"
@@ -71,6 +77,8 @@ def run(quick: bool = False) -> dict:
     lessons, quizzes = (10, 10) if quick else (50, 50)
     steps_total = 3 * lessons + quizzes
     ensure_postgres_database(DATABASE_URL)
+    # The benchmark owns its database: a schema left by an older migration chain goes.
+    reset_postgres_schema(DATABASE_URL)
     workdir = Path(tempfile.mkdtemp(prefix="bench-builder-"))
     app = build_app(
         {

@@ -179,8 +179,8 @@ def measure(quick: bool) -> dict[str, Any]:
     return {"figures": figures, "notes": notes}
 
 
-def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
+def run(quick: bool = False) -> dict[str, Any]:
+    """The ``bench.run`` entry: a fresh schema, then ``measure``."""
     reset_database()
     folder = tempfile.mkdtemp(prefix="bench-ops-")
     app = build_app(
@@ -199,6 +199,11 @@ def main(argv: list[str]) -> int:
         results = measure(quick)
         for huey in app.extensions["queues"].all().values():
             huey.flush()
+    return results
+
+
+def main(argv: list[str]) -> int:
+    results = run("--quick" in argv)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     for item in results["figures"]:

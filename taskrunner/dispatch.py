@@ -30,15 +30,22 @@ def horizon_seconds() -> int:
     return current_app.config["TASK_RUNNER_RETRY_HORIZON_HOURS"] * 3600
 
 
-def enqueue_unit(run_id: int, unit_id: int, token: str, options: TaskOptions,
-                 horizon: float | None = None) -> None:
+def enqueue_unit(
+    run_id: int, unit_id: int, token: str, options: TaskOptions, horizon: float | None = None
+) -> None:
     wrapper = queues().task(RUN_UNIT, queue=options.queue)
     if horizon is None:
         horizon = time.time() + horizon_seconds()
     wrapper.huey.enqueue(
-        wrapper.s(run_id, unit_id, token, horizon, id=task_id(unit_id, token),
-                  timeout=options.timeout,
-                  expires=timedelta(seconds=max(1.0, horizon - time.time())))
+        wrapper.s(
+            run_id,
+            unit_id,
+            token,
+            horizon,
+            id=task_id(unit_id, token),
+            timeout=options.timeout,
+            expires=timedelta(seconds=max(1.0, horizon - time.time())),
+        )
     )
 
 
@@ -54,12 +61,21 @@ def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
         ids = ledger.dispatch_batch(dispatch, after, chunk)
         if not ids:
             return sent
-        enqueue_many(huey, [
-            wrapper.s(dispatch.run_id, unit_id, dispatch.token, horizon,
-                      id=task_id(unit_id, dispatch.token), timeout=options.timeout,
-                      expires=expires)
-            for unit_id in ids
-        ])
+        enqueue_many(
+            huey,
+            [
+                wrapper.s(
+                    dispatch.run_id,
+                    unit_id,
+                    dispatch.token,
+                    horizon,
+                    id=task_id(unit_id, dispatch.token),
+                    timeout=options.timeout,
+                    expires=expires,
+                )
+                for unit_id in ids
+            ],
+        )
         sent += len(ids)
         after = ids[-1]
 

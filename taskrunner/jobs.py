@@ -61,8 +61,7 @@ def run_unit(run_id: int, unit_id: int, token: str, horizon: float) -> None:
         except Exception as exc:
             db.session.rollback()
             reason = redact(exc)
-            logger.exception("Unit %s of run %s (%s) failed", claim.unit.key, info.uuid,
-                             info.type)
+            logger.exception("Unit %s of run %s (%s) failed", claim.unit.key, info.uuid, info.type)
     settled = ledger.complete(claim) if reason is None else ledger.fail(claim, reason)
     if settled:
         ledger.finalize(run_id)

@@ -63,13 +63,18 @@ GATE = (
         _units.c.dispatch_token == bindparam("token"),
         _units.c.status == str(UnitStatus.PENDING),
         _units.c.deleted_at.is_(None),
-        exists().where(_runs.c.id == _units.c.task_run_id,
-                       _runs.c.status == str(RunStatus.RUNNING)),
+        exists().where(
+            _runs.c.id == _units.c.task_run_id, _runs.c.status == str(RunStatus.RUNNING)
+        ),
     )
     .values(
-        status=str(UnitStatus.RUNNING), attempts=_units.c.attempts + 1,
-        started_at=bindparam("now"), heartbeat_at=bindparam("now"), finished_at=None,
-        stuck_notified_at=None, updated_at=bindparam("now"),
+        status=str(UnitStatus.RUNNING),
+        attempts=_units.c.attempts + 1,
+        started_at=bindparam("now"),
+        heartbeat_at=bindparam("now"),
+        finished_at=None,
+        stuck_notified_at=None,
+        updated_at=bindparam("now"),
     )
     .returning(_units.c.task_run_id, _units.c.unit_key, _units.c.tenant_id, _units.c.attempts)
 )
@@ -80,8 +85,12 @@ COMPLETE = (
         _units.c.dispatch_token == bindparam("token"),
         _units.c.status == str(UnitStatus.RUNNING),
     )
-    .values(status=str(UnitStatus.COMPLETED), finished_at=bindparam("now"),
-            updated_at=bindparam("now"), last_error=None)
+    .values(
+        status=str(UnitStatus.COMPLETED),
+        finished_at=bindparam("now"),
+        updated_at=bindparam("now"),
+        last_error=None,
+    )
 )
 # It walks ``ix_task_run_units_run_status`` backwards from the newest unit: units run
 # roughly in id order, so a live running or pending unit is met before the entries its
@@ -189,8 +198,12 @@ class TaskRunLedger(LedgerQueries):
         }
         self.session.execute(insert(OutboxEvent), [row])
         outbox.append(
-            {"id": row["event_id"], "name": row["name"], "at": iso(row["created_at"]),
-             "payload": row["payload"]}
+            {
+                "id": row["event_id"],
+                "name": row["name"],
+                "at": iso(row["created_at"]),
+                "payload": row["payload"],
+            }
         )
 
     def _deliver(self, outbox: list[dict[str, Any]]) -> None:
@@ -221,8 +234,12 @@ class TaskRunLedger(LedgerQueries):
 
     @staticmethod
     def _event_dict(row: OutboxEvent) -> dict[str, Any]:
-        return {"id": row.event_id, "name": row.name, "at": iso(row.created_at),
-                "payload": row.payload}
+        return {
+            "id": row.event_id,
+            "name": row.name,
+            "at": iso(row.created_at),
+            "payload": row.payload,
+        }
 
     # -- starting a run ------------------------------------------------------------
 
@@ -239,8 +256,13 @@ class TaskRunLedger(LedgerQueries):
         with self._transition() as outbox:
             now = utcnow()
             run = TaskRun(
-                type=type_, status=RunStatus.RUNNING, initiator=initiator, context=context,
-                started_at=now, created_by=initiator, updated_by=initiator,
+                type=type_,
+                status=RunStatus.RUNNING,
+                initiator=initiator,
+                context=context,
+                started_at=now,
+                created_by=initiator,
+                updated_by=initiator,
             )
             self.session.add(run)
             self.session.flush()
@@ -254,9 +276,7 @@ class TaskRunLedger(LedgerQueries):
         return dispatch
 
     def _insert_units(self, run_id: int, chunk: list[TaskUnit], token: str, now: datetime) -> None:
-        rows = [
-            (run_id, u.key, u.tenant_id, "pending", 0, token, now, now, now) for u in chunk
-        ]
+        rows = [(run_id, u.key, u.tenant_id, "pending", 0, token, now, now, now) for u in chunk]
         if is_sqlite(self.session):
             self.session.execute(
                 insert(TaskRunUnit), [dict(zip(UNIT_COLUMNS, row, strict=True)) for row in rows]
@@ -265,9 +285,7 @@ class TaskRunLedger(LedgerQueries):
         # COPY is five times faster than executemany for 100,000 rows.
         raw = self.session.connection().connection.dbapi_connection
         with raw.cursor() as cursor:
-            with cursor.copy(
-                f"COPY task_run_units ({', '.join(UNIT_COLUMNS)}) FROM STDIN"
-            ) as copy:
+            with cursor.copy(f"COPY task_run_units ({', '.join(UNIT_COLUMNS)}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(row)
 
@@ -301,8 +319,9 @@ class TaskRunLedger(LedgerQueries):
                     TaskRunUnit.status == UnitStatus.PENDING,
                     TaskRunUnit.deleted_at.is_(None),
                 )
-                .values(status=UnitStatus.FAILED, last_error=reason, finished_at=now,
-                        updated_at=now)
+                .values(
+                    status=UnitStatus.FAILED, last_error=reason, finished_at=now, updated_at=now
+                )
             )
             self._close_if_done(run_id, outbox)
 
@@ -314,9 +333,11 @@ class TaskRunLedger(LedgerQueries):
     def claim(self, unit_id: int, token: str) -> Claim | None:
         """The gate: pending → running (+1 attempt) for the job holding the current token."""
         with write_transaction(self.session):
-            row = self.session.connection().execute(
-                GATE, {"unit_id": unit_id, "token": token, "now": utcnow()}
-            ).first()
+            row = (
+                self.session.connection()
+                .execute(GATE, {"unit_id": unit_id, "token": token, "now": utcnow()})
+                .first()
+            )
         if row is None:
             return None
         run = self.run_info(row.task_run_id)
@@ -333,15 +354,22 @@ class TaskRunLedger(LedgerQueries):
         with self._transition() as outbox:
             now = utcnow()
             result = self.session.execute(
-                self._owned(claim).values(status=UnitStatus.FAILED, finished_at=now,
-                                          updated_at=now, last_error=reason)
+                self._owned(claim).values(
+                    status=UnitStatus.FAILED, finished_at=now, updated_at=now, last_error=reason
+                )
             )
             if result.rowcount != 1:
                 return False
             self._emit(
                 outbox,
-                ev.UnitFailed(claim.run.uuid, claim.run.type, claim.unit.key,
-                              claim.unit.tenant_id, claim.attempts, reason),
+                ev.UnitFailed(
+                    claim.run.uuid,
+                    claim.run.type,
+                    claim.unit.key,
+                    claim.unit.tenant_id,
+                    claim.attempts,
+                    reason,
+                ),
                 claim.run.id,
             )
         return True
@@ -349,9 +377,7 @@ class TaskRunLedger(LedgerQueries):
     def record_attempt_error(self, claim: Claim, reason: str) -> None:
         """A single tracked job failed an attempt that Huey will retry: keep the reason."""
         with write_transaction(self.session):
-            self.session.execute(
-                self._owned(claim).values(last_error=reason, updated_at=utcnow())
-            )
+            self.session.execute(self._owned(claim).values(last_error=reason, updated_at=utcnow()))
 
     def hand_back(self, unit_id: int, token: str) -> str | None:
         """A unit whose worker is stopping goes back to pending with a new token.
@@ -365,11 +391,20 @@ class TaskRunLedger(LedgerQueries):
         with write_transaction(self.session):
             result = self.session.execute(
                 update(TaskRunUnit)
-                .where(TaskRunUnit.id == unit_id, TaskRunUnit.dispatch_token == token,
-                       TaskRunUnit.status.in_(ACTIVE))
-                .values(status=UnitStatus.PENDING, dispatch_token=new, queued_at=now,
-                        started_at=None, heartbeat_at=None, stuck_notified_at=None,
-                        updated_at=now)
+                .where(
+                    TaskRunUnit.id == unit_id,
+                    TaskRunUnit.dispatch_token == token,
+                    TaskRunUnit.status.in_(ACTIVE),
+                )
+                .values(
+                    status=UnitStatus.PENDING,
+                    dispatch_token=new,
+                    queued_at=now,
+                    started_at=None,
+                    heartbeat_at=None,
+                    stuck_notified_at=None,
+                    updated_at=now,
+                )
             )
         return new if result.rowcount == 1 else None
 
@@ -386,11 +421,15 @@ class TaskRunLedger(LedgerQueries):
 
     @staticmethod
     def _owned(claim: Claim):
-        return update(TaskRunUnit).where(
-            TaskRunUnit.id == claim.unit_id,
-            TaskRunUnit.dispatch_token == claim.token,
-            TaskRunUnit.status == UnitStatus.RUNNING,
-        ).execution_options(synchronize_session=False)
+        return (
+            update(TaskRunUnit)
+            .where(
+                TaskRunUnit.id == claim.unit_id,
+                TaskRunUnit.dispatch_token == claim.token,
+                TaskRunUnit.status == UnitStatus.RUNNING,
+            )
+            .execution_options(synchronize_session=False)
+        )
 
     # -- finalization --------------------------------------------------------------
 
@@ -437,7 +476,10 @@ class TaskRunLedger(LedgerQueries):
         return self._close(run, counts, None, outbox)
 
     def _close(
-        self, run: TaskRun, counts: dict[str, int], status: str | None,
+        self,
+        run: TaskRun,
+        counts: dict[str, int],
+        status: str | None,
         outbox: list[dict[str, Any]],
     ) -> str:
         if status is None:
@@ -454,11 +496,19 @@ class TaskRunLedger(LedgerQueries):
         run.units_skipped = counts["skipped"]
         run.finished_at = utcnow()
         if status == RunStatus.COMPLETED:
-            event: ev.Event = ev.RunCompleted(run.uuid, run.type, run.units_total,
-                                              run.units_completed, run.units_skipped)
+            event: ev.Event = ev.RunCompleted(
+                run.uuid, run.type, run.units_total, run.units_completed, run.units_skipped
+            )
         else:
-            event = ev.RunFailed(run.uuid, run.type, str(status), run.units_total,
-                                 run.units_completed, run.units_failed, run.units_skipped)
+            event = ev.RunFailed(
+                run.uuid,
+                run.type,
+                str(status),
+                run.units_total,
+                run.units_completed,
+                run.units_failed,
+                run.units_skipped,
+            )
         self._emit(outbox, event, run.id)
         return str(status)
 
@@ -494,14 +544,21 @@ class TaskRunLedger(LedgerQueries):
             clauses.append(
                 or_(
                     TaskRunUnit.status.in_((UnitStatus.FAILED, UnitStatus.PENDING)),
-                    and_(TaskRunUnit.status == UnitStatus.RUNNING,
-                         self.stale_reason_expr(utcnow()).is_not(None)),
+                    and_(
+                        TaskRunUnit.status == UnitStatus.RUNNING,
+                        self.stale_reason_expr(utcnow()).is_not(None),
+                    ),
                 )
             )
         return and_(*clauses)
 
     def reopen_for_retry(
-        self, run_uuid: str, failed_only: bool, actor: str, source: str, address: str | None,
+        self,
+        run_uuid: str,
+        failed_only: bool,
+        actor: str,
+        source: str,
+        address: str | None,
         stale_only: bool = False,
     ) -> Dispatch:
         """Give the retryable units a new dispatch token and put the run back to running."""
@@ -525,9 +582,16 @@ class TaskRunLedger(LedgerQueries):
             result = self.session.execute(
                 update(TaskRunUnit)
                 .where(self._retryable(run.id, failed_only, stale_only))
-                .values(status=UnitStatus.PENDING, dispatch_token=token, queued_at=now,
-                        started_at=None, heartbeat_at=None, finished_at=None,
-                        stuck_notified_at=None, updated_at=now)
+                .values(
+                    status=UnitStatus.PENDING,
+                    dispatch_token=token,
+                    queued_at=now,
+                    started_at=None,
+                    heartbeat_at=None,
+                    finished_at=None,
+                    stuck_notified_at=None,
+                    updated_at=now,
+                )
                 .execution_options(synchronize_session=False)
             )
             count = result.rowcount
@@ -536,9 +600,14 @@ class TaskRunLedger(LedgerQueries):
             run.status = RunStatus.RUNNING
             run.finished_at = None
             run.updated_by = actor
-            self._record_action(run.id, "retry", actor, source, address,
-                                {"failed_only": failed_only, "stale_only": stale_only,
-                                 "units": count})
+            self._record_action(
+                run.id,
+                "retry",
+                actor,
+                source,
+                address,
+                {"failed_only": failed_only, "stale_only": stale_only, "units": count},
+            )
         return Dispatch(run.id, run.uuid, run.type, token, count)
 
     def cancel(
@@ -566,27 +635,51 @@ class TaskRunLedger(LedgerQueries):
             now = utcnow()
             skipped = self.session.execute(
                 update(TaskRunUnit)
-                .where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.status.in_(ACTIVE),
-                       TaskRunUnit.deleted_at.is_(None))
-                .values(status=UnitStatus.SKIPPED, finished_at=now, updated_at=now,
-                        last_error="cancelled by operator")
+                .where(
+                    TaskRunUnit.task_run_id == run.id,
+                    TaskRunUnit.status.in_(ACTIVE),
+                    TaskRunUnit.deleted_at.is_(None),
+                )
+                .values(
+                    status=UnitStatus.SKIPPED,
+                    finished_at=now,
+                    updated_at=now,
+                    last_error="cancelled by operator",
+                )
                 .execution_options(synchronize_session=False)
             ).rowcount
             run.updated_by = actor
-            self._record_action(run.id, "cancel", actor, source, address,
-                                {"units_skipped": skipped})
+            self._record_action(
+                run.id, "cancel", actor, source, address, {"units_skipped": skipped}
+            )
             self._close(run, self._counts(run.id), RunStatus.CANCELLED, outbox)
         return queued, skipped
 
     def _record_action(
-        self, run_id: int | None, action: str, actor: str, source: str, address: str | None,
+        self,
+        run_id: int | None,
+        action: str,
+        actor: str,
+        source: str,
+        address: str | None,
         detail: dict[str, Any],
     ) -> None:
-        self.session.add(OperatorAction(task_run_id=run_id, action=action, actor=actor,
-                                        source=source, address=address, detail=detail))
+        self.session.add(
+            OperatorAction(
+                task_run_id=run_id,
+                action=action,
+                actor=actor,
+                source=source,
+                address=address,
+                detail=detail,
+            )
+        )
 
     def prune(
-        self, older_than: datetime, run_batch: int = 100, row_batch: int = 5000,
+        self,
+        older_than: datetime,
+        run_batch: int = 100,
+        row_batch: int = 5000,
     ) -> PruneReport:
         """Delete terminal runs finished before ``older_than`` with their rows, in batches.
 
@@ -596,18 +689,22 @@ class TaskRunLedger(LedgerQueries):
         prune that dies midway is finished by the next one (hidden runs still match).
         """
         report = PruneReport()
-        old_enough = and_(TaskRun.status.in_([str(s) for s in TERMINAL_RUN]),
-                          TaskRun.finished_at < older_than)
+        old_enough = and_(
+            TaskRun.status.in_([str(s) for s in TERMINAL_RUN]), TaskRun.finished_at < older_than
+        )
         while True:
             with write_transaction(self.session):
                 rows = self.session.execute(
                     select(TaskRun.id, TaskRun.uuid, TaskRun.context)
-                    .where(old_enough).order_by(TaskRun.id).limit(run_batch)
+                    .where(old_enough)
+                    .order_by(TaskRun.id)
+                    .limit(run_batch)
                 ).all()
                 ids = [row.id for row in rows]
                 if ids:
                     self.session.execute(
-                        update(TaskRun).where(TaskRun.id.in_(ids), TaskRun.deleted_at.is_(None))
+                        update(TaskRun)
+                        .where(TaskRun.id.in_(ids), TaskRun.deleted_at.is_(None))
                         .values(deleted_at=utcnow())
                         .execution_options(synchronize_session=False)
                     )
@@ -618,13 +715,15 @@ class TaskRunLedger(LedgerQueries):
             report.actions += self._delete_rows_of(OperatorAction, ids, row_batch)
             with write_transaction(self.session):
                 self.session.execute(
-                    delete(TaskRun).where(TaskRun.id.in_(ids))
+                    delete(TaskRun)
+                    .where(TaskRun.id.in_(ids))
                     .execution_options(synchronize_session=False)
                 )
             report.runs += len(ids)
             report.run_uuids.extend(row.uuid for row in rows)
             report.dispatch_uuids.extend(
-                str(row.context["dispatch_uuid"]) for row in rows
+                str(row.context["dispatch_uuid"])
+                for row in rows
                 if isinstance(row.context, dict) and row.context.get("dispatch_uuid")
             )
 
@@ -632,38 +731,58 @@ class TaskRunLedger(LedgerQueries):
         deleted = 0
         while True:
             with write_transaction(self.session):
-                chunk = list(self.session.execute(
-                    select(model.id).where(model.task_run_id.in_(run_ids)).limit(row_batch)
-                ).scalars())
+                chunk = list(
+                    self.session.execute(
+                        select(model.id).where(model.task_run_id.in_(run_ids)).limit(row_batch)
+                    ).scalars()
+                )
                 if chunk:
                     self.session.execute(
-                        delete(model).where(model.id.in_(chunk))
+                        delete(model)
+                        .where(model.id.in_(chunk))
                         .execution_options(synchronize_session=False)
                     )
             if not chunk:
                 return deleted
             deleted += len(chunk)
 
-    def record_prune(self, report: PruneReport, older_than: datetime, actor: str, source: str,
-                     address: str | None) -> None:
+    def record_prune(
+        self,
+        report: PruneReport,
+        older_than: datetime,
+        actor: str,
+        source: str,
+        address: str | None,
+    ) -> None:
         """What a prune deleted, as an operator action (it outlives the runs it names)."""
         with write_transaction(self.session):
-            self._record_action(None, "prune", actor, source, address,
-                                {"runs": report.runs, "units": report.units,
-                                 "events": report.events, "actions": report.actions,
-                                 "queue_keys": report.queue_keys,
-                                 "older_than": iso(older_than)})
+            self._record_action(
+                None,
+                "prune",
+                actor,
+                source,
+                address,
+                {
+                    "runs": report.runs,
+                    "units": report.units,
+                    "events": report.events,
+                    "actions": report.actions,
+                    "queue_keys": report.queue_keys,
+                    "older_than": iso(older_than),
+                },
+            )
 
     def live_unit_tokens(self, pairs: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:
         """Which (unit id, dispatch token) pairs still name an active unit's current job."""
         wanted = list(pairs)
         live: set[tuple[int, str]] = set()
         for start in range(0, len(wanted), 1000):
-            chunk = wanted[start:start + 1000]
+            chunk = wanted[start : start + 1000]
             rows = self.session.execute(
-                select(TaskRunUnit.id, TaskRunUnit.dispatch_token)
-                .where(TaskRunUnit.id.in_([unit_id for unit_id, _ in chunk]),
-                       TaskRunUnit.status.in_(ACTIVE))
+                select(TaskRunUnit.id, TaskRunUnit.dispatch_token).where(
+                    TaskRunUnit.id.in_([unit_id for unit_id, _ in chunk]),
+                    TaskRunUnit.status.in_(ACTIVE),
+                )
             ).all()
             current = {(row.id, row.dispatch_token) for row in rows}
             live.update(pair for pair in chunk if pair in current)
@@ -710,8 +829,12 @@ class TaskRunLedger(LedgerQueries):
         )
         settled = self.session.execute(
             select(TaskRun.id, TaskRun.uuid)
-            .where(TaskRun.status == RunStatus.RUNNING, TaskRun.deleted_at.is_(None),
-                   TaskRun.started_at < now - grace, ~active)
+            .where(
+                TaskRun.status == RunStatus.RUNNING,
+                TaskRun.deleted_at.is_(None),
+                TaskRun.started_at < now - grace,
+                ~active,
+            )
             .order_by(TaskRun.id)
             .limit(limit)
         ).all()
@@ -725,31 +848,48 @@ class TaskRunLedger(LedgerQueries):
             # The reason is filtered in SQL: a huge run's healthy pending units must not
             # fill the batch and hide the stale ones behind them.
             stale = self.session.execute(
-                select(TaskRunUnit.id, TaskRunUnit.unit_key, TaskRunUnit.tenant_id,
-                       TaskRun.id.label("run_id"), TaskRun.uuid, TaskRun.type,
-                       reason_expr.label("reason"))
+                select(
+                    TaskRunUnit.id,
+                    TaskRunUnit.unit_key,
+                    TaskRunUnit.tenant_id,
+                    TaskRun.id.label("run_id"),
+                    TaskRun.uuid,
+                    TaskRun.type,
+                    reason_expr.label("reason"),
+                )
                 .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
-                .where(TaskRunUnit.status.in_(ACTIVE), TaskRunUnit.stuck_notified_at.is_(None),
-                       TaskRunUnit.deleted_at.is_(None), TaskRun.status == RunStatus.RUNNING,
-                       reason_expr.is_not(None))
+                .where(
+                    TaskRunUnit.status.in_(ACTIVE),
+                    TaskRunUnit.stuck_notified_at.is_(None),
+                    TaskRunUnit.deleted_at.is_(None),
+                    TaskRun.status == RunStatus.RUNNING,
+                    reason_expr.is_not(None),
+                )
                 .order_by(TaskRunUnit.id)
                 .limit(limit)
             ).all()
             if stale:
                 # A concurrent sweep may have marked some first: only what this one marked
                 # is notified, so an episode gets exactly one event.
-                marked = set(self.session.execute(
-                    update(TaskRunUnit)
-                    .where(TaskRunUnit.id.in_([row.id for row in stale]),
-                           TaskRunUnit.stuck_notified_at.is_(None))
-                    .values(stuck_notified_at=now)
-                    .returning(TaskRunUnit.id)
-                    .execution_options(synchronize_session=False)
-                ).scalars())
+                marked = set(
+                    self.session.execute(
+                        update(TaskRunUnit)
+                        .where(
+                            TaskRunUnit.id.in_([row.id for row in stale]),
+                            TaskRunUnit.stuck_notified_at.is_(None),
+                        )
+                        .values(stuck_notified_at=now)
+                        .returning(TaskRunUnit.id)
+                        .execution_options(synchronize_session=False)
+                    ).scalars()
+                )
                 stale = [row for row in stale if row.id in marked]
             for row in stale:
-                self._emit(outbox, ev.UnitStuck(row.uuid, row.type, row.unit_key, row.tenant_id,
-                                                row.reason), row.run_id)
+                self._emit(
+                    outbox,
+                    ev.UnitStuck(row.uuid, row.type, row.unit_key, row.tenant_id, row.reason),
+                    row.run_id,
+                )
         return len(stale)
 
     def expire(self, unit_id: int, token: str, reason: str) -> int | None:
@@ -765,16 +905,25 @@ class TaskRunLedger(LedgerQueries):
             now = utcnow()
             row = self.session.execute(
                 update(TaskRunUnit)
-                .where(TaskRunUnit.id == unit_id, TaskRunUnit.dispatch_token == token,
-                       TaskRunUnit.status == UnitStatus.PENDING)
-                .values(status=UnitStatus.FAILED, last_error=reason, finished_at=now,
-                        updated_at=now)
+                .where(
+                    TaskRunUnit.id == unit_id,
+                    TaskRunUnit.dispatch_token == token,
+                    TaskRunUnit.status == UnitStatus.PENDING,
+                )
+                .values(
+                    status=UnitStatus.FAILED, last_error=reason, finished_at=now, updated_at=now
+                )
                 .returning(TaskRunUnit.unit_key, TaskRunUnit.tenant_id, TaskRunUnit.attempts)
             ).first()
             if row is None:
                 return None
-            self._emit(outbox, ev.UnitFailed(info.uuid, info.type, row.unit_key, row.tenant_id,
-                                             row.attempts, reason), run_id)
+            self._emit(
+                outbox,
+                ev.UnitFailed(
+                    info.uuid, info.type, row.unit_key, row.tenant_id, row.attempts, reason
+                ),
+                run_id,
+            )
         return run_id
 
     # -- single tracked jobs (SPEC §8) -------------------------------------------------
@@ -800,9 +949,16 @@ class TaskRunLedger(LedgerQueries):
                 )
             ).scalar_one_or_none()
             if run is None:
-                run = TaskRun(type=type_, status=RunStatus.RUNNING, initiator=initiator,
-                              context={"dispatch_uuid": dispatch_uuid}, started_at=now,
-                              units_total=1, created_by=initiator, updated_by=initiator)
+                run = TaskRun(
+                    type=type_,
+                    status=RunStatus.RUNNING,
+                    initiator=initiator,
+                    context={"dispatch_uuid": dispatch_uuid},
+                    started_at=now,
+                    units_total=1,
+                    created_by=initiator,
+                    updated_by=initiator,
+                )
                 self.session.add(run)
                 self.session.flush()
                 self._insert_units(run.id, [unit], token, now)
@@ -811,11 +967,21 @@ class TaskRunLedger(LedgerQueries):
                 return None
             row = self.session.execute(
                 update(TaskRunUnit)
-                .where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.status.in_(ACTIVE),
-                       TaskRunUnit.deleted_at.is_(None))
-                .values(status=UnitStatus.RUNNING, dispatch_token=token,
-                        attempts=TaskRunUnit.attempts + 1, started_at=now, heartbeat_at=now,
-                        finished_at=None, stuck_notified_at=None, updated_at=now)
+                .where(
+                    TaskRunUnit.task_run_id == run.id,
+                    TaskRunUnit.status.in_(ACTIVE),
+                    TaskRunUnit.deleted_at.is_(None),
+                )
+                .values(
+                    status=UnitStatus.RUNNING,
+                    dispatch_token=token,
+                    attempts=TaskRunUnit.attempts + 1,
+                    started_at=now,
+                    heartbeat_at=now,
+                    finished_at=None,
+                    stuck_notified_at=None,
+                    updated_at=now,
+                )
                 .returning(TaskRunUnit.id, TaskRunUnit.attempts)
                 .execution_options(synchronize_session=False)
             ).first()
@@ -829,8 +995,13 @@ class TaskRunLedger(LedgerQueries):
         now = utcnow()
         with write_transaction(self.session):
             result = self.session.execute(
-                self._owned(claim).values(status=UnitStatus.PENDING, last_error=reason,
-                                          queued_at=now, heartbeat_at=None, updated_at=now)
+                self._owned(claim).values(
+                    status=UnitStatus.PENDING,
+                    last_error=reason,
+                    queued_at=now,
+                    heartbeat_at=None,
+                    updated_at=now,
+                )
             )
         return result.rowcount == 1
 
@@ -840,7 +1011,8 @@ class TaskRunLedger(LedgerQueries):
         with write_transaction(self.session):
             run_id = self.session.execute(
                 select(TaskRun.id).where(
-                    TaskRun.type == type_, TaskRun.status == RunStatus.RUNNING,
+                    TaskRun.type == type_,
+                    TaskRun.status == RunStatus.RUNNING,
                     TaskRun.context["dispatch_uuid"].as_string() == dispatch_uuid,
                 )
             ).scalar_one_or_none()
@@ -848,28 +1020,42 @@ class TaskRunLedger(LedgerQueries):
                 return False
             result = self.session.execute(
                 update(TaskRunUnit)
-                .where(TaskRunUnit.task_run_id == run_id,
-                       TaskRunUnit.status == UnitStatus.RUNNING)
-                .values(status=UnitStatus.PENDING, queued_at=now, heartbeat_at=None,
-                        stuck_notified_at=None, updated_at=now)
+                .where(TaskRunUnit.task_run_id == run_id, TaskRunUnit.status == UnitStatus.RUNNING)
+                .values(
+                    status=UnitStatus.PENDING,
+                    queued_at=now,
+                    heartbeat_at=None,
+                    stuck_notified_at=None,
+                    updated_at=now,
+                )
                 .execution_options(synchronize_session=False)
             )
         return result.rowcount == 1
 
     def single_runs(self, type_: str, unit_key: str) -> list[TaskRun]:
         """Runs of one single tracked job's key, oldest first (one per dispatch)."""
-        return list(self.session.execute(
-            select(TaskRun)
-            .join(TaskRunUnit, TaskRunUnit.task_run_id == TaskRun.id)
-            .where(TaskRun.type == type_, TaskRunUnit.unit_key == unit_key,
-                   TaskRun.deleted_at.is_(None))
-            .order_by(TaskRun.id)
-        ).scalars())
+        return list(
+            self.session.execute(
+                select(TaskRun)
+                .join(TaskRunUnit, TaskRunUnit.task_run_id == TaskRun.id)
+                .where(
+                    TaskRun.type == type_,
+                    TaskRunUnit.unit_key == unit_key,
+                    TaskRun.deleted_at.is_(None),
+                )
+                .order_by(TaskRun.id)
+            ).scalars()
+        )
 
     # -- reads -----------------------------------------------------------------------
 
-    def recent_runs(self, limit: int = 20, type_: str | None = None, status: str | None = None,
-                    before_id: int | None = None) -> list[TaskRun]:
+    def recent_runs(
+        self,
+        limit: int = 20,
+        type_: str | None = None,
+        status: str | None = None,
+        before_id: int | None = None,
+    ) -> list[TaskRun]:
         stmt = select(TaskRun).where(TaskRun.deleted_at.is_(None))
         if type_:
             stmt = stmt.where(TaskRun.type == type_)
@@ -881,28 +1067,46 @@ class TaskRunLedger(LedgerQueries):
 
     def unit_counts(self, run: TaskRun) -> dict[str, int]:
         """Live counts for a running run; the closing snapshot for a terminal one."""
-        stale = self.session.execute(
-            select(func.count()).where(
-                TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.status.in_(ACTIVE),
-                TaskRunUnit.deleted_at.is_(None),
-                self.stale_reason_expr(utcnow()).is_not(None),
-            )
-        ).scalar_one() if run.status == RunStatus.RUNNING else 0
+        stale = (
+            self.session.execute(
+                select(func.count()).where(
+                    TaskRunUnit.task_run_id == run.id,
+                    TaskRunUnit.status.in_(ACTIVE),
+                    TaskRunUnit.deleted_at.is_(None),
+                    self.stale_reason_expr(utcnow()).is_not(None),
+                )
+            ).scalar_one()
+            if run.status == RunStatus.RUNNING
+            else 0
+        )
         if run.status == RunStatus.RUNNING:
             counts = self._counts(run.id)
         else:
-            counts = {"pending": 0, "running": 0, "completed": run.units_completed,
-                      "failed": run.units_failed, "skipped": run.units_skipped}
+            counts = {
+                "pending": 0,
+                "running": 0,
+                "completed": run.units_completed,
+                "failed": run.units_failed,
+                "skipped": run.units_skipped,
+            }
         return {"total": run.units_total, **counts, "stale": stale}
 
-    def units_of(self, run: TaskRun, statuses: Iterable[str] | None = None,
-                 stale_only: bool = False, limit: int = 50, after_id: int = 0) -> list[dict]:
+    def units_of(
+        self,
+        run: TaskRun,
+        statuses: Iterable[str] | None = None,
+        stale_only: bool = False,
+        limit: int = 50,
+        after_id: int = 0,
+    ) -> list[dict]:
         reason = self.stale_reason_expr(utcnow()).label("stale_reason")
         stmt = (
             select(TaskRunUnit, reason)
-            .where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.deleted_at.is_(None),
-                   TaskRunUnit.id > after_id)
+            .where(
+                TaskRunUnit.task_run_id == run.id,
+                TaskRunUnit.deleted_at.is_(None),
+                TaskRunUnit.id > after_id,
+            )
             .order_by(TaskRunUnit.id)
             .limit(limit)
         )
@@ -910,8 +1114,9 @@ class TaskRunLedger(LedgerQueries):
             stmt = stmt.where(TaskRunUnit.status.in_(list(statuses)))
         if stale_only:
             stmt = stmt.where(TaskRunUnit.status.in_(ACTIVE), reason.is_not(None))
-        return [self.unit_dict(unit, stale_reason)
-                for unit, stale_reason in self.session.execute(stmt)]
+        return [
+            self.unit_dict(unit, stale_reason) for unit, stale_reason in self.session.execute(stmt)
+        ]
 
     @staticmethod
     def unit_dict(unit: TaskRunUnit, stale_reason: str | None) -> dict[str, Any]:
@@ -929,16 +1134,21 @@ class TaskRunLedger(LedgerQueries):
 
     def events_of(self, run: TaskRun, limit: int = 200) -> list[dict[str, Any]]:
         rows = self.session.execute(
-            select(OutboxEvent).where(OutboxEvent.task_run_id == run.id)
-            .order_by(OutboxEvent.id).limit(limit)
+            select(OutboxEvent)
+            .where(OutboxEvent.task_run_id == run.id)
+            .order_by(OutboxEvent.id)
+            .limit(limit)
         ).scalars()
         return [self._event_dict(row) for row in rows]
 
     def actions_of(self, run: TaskRun) -> list[OperatorAction]:
-        return list(self.session.execute(
-            select(OperatorAction).where(OperatorAction.task_run_id == run.id)
-            .order_by(OperatorAction.id.desc())
-        ).scalars())
+        return list(
+            self.session.execute(
+                select(OperatorAction)
+                .where(OperatorAction.task_run_id == run.id)
+                .order_by(OperatorAction.id.desc())
+            ).scalars()
+        )
 
     def count_events(self, name: str, run: TaskRun | None = None) -> int:
         stmt = select(func.count()).where(OutboxEvent.name == name)
