@@ -162,6 +162,20 @@ class PruneReport:
     dispatch_uuids: list[str] = field(default_factory=list)
 
 
+def _redispatched(token: str, now: datetime) -> dict[str, Any]:
+    """A unit back to pending under a new dispatch token: a new episode, nothing stale."""
+    return {
+        "status": UnitStatus.PENDING,
+        "dispatch_token": token,
+        "queued_at": now,
+        "started_at": None,
+        "heartbeat_at": None,
+        "finished_at": None,
+        "stuck_notified_at": None,
+        "updated_at": now,
+    }
+
+
 def _chunks(items: Iterable[TaskUnit], size: int) -> Iterator[list[TaskUnit]]:
     chunk: list[TaskUnit] = []
     for item in items:
@@ -396,15 +410,7 @@ class TaskRunLedger(LedgerQueries):
                     TaskRunUnit.dispatch_token == token,
                     TaskRunUnit.status.in_(ACTIVE),
                 )
-                .values(
-                    status=UnitStatus.PENDING,
-                    dispatch_token=new,
-                    queued_at=now,
-                    started_at=None,
-                    heartbeat_at=None,
-                    stuck_notified_at=None,
-                    updated_at=now,
-                )
+                .values(**_redispatched(new, now))
             )
         return new if result.rowcount == 1 else None
 
@@ -582,16 +588,7 @@ class TaskRunLedger(LedgerQueries):
             result = self.session.execute(
                 update(TaskRunUnit)
                 .where(self._retryable(run.id, failed_only, stale_only))
-                .values(
-                    status=UnitStatus.PENDING,
-                    dispatch_token=token,
-                    queued_at=now,
-                    started_at=None,
-                    heartbeat_at=None,
-                    finished_at=None,
-                    stuck_notified_at=None,
-                    updated_at=now,
-                )
+                .values(**_redispatched(token, now))
                 .execution_options(synchronize_session=False)
             )
             count = result.rowcount
