@@ -38,6 +38,22 @@ SHARED_SETTINGS = (
 ENV_NAME = {"SQLALCHEMY_DATABASE_URI": "DATABASE_URL"}
 
 
+# The pinned JSON shapes of SPEC §9, shared by the CLI and the API tests.
+RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
+COUNT_KEYS = {"total", "pending", "running", "completed", "failed", "skipped", "stale"}
+UNIT_KEYS = {
+    "unit_key",
+    "tenant_id",
+    "status",
+    "attempts",
+    "last_error",
+    "started_at",
+    "finished_at",
+    "stale",
+    "stale_reason",
+}
+
+
 def wait_for(
     predicate: Callable[[], Any],
     timeout: float = 30.0,

@@ -6,19 +6,7 @@ import json
 
 import pytest
 
-RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
-UNIT_COUNT_KEYS = {"total", "pending", "running", "completed", "failed", "skipped", "stale"}
-UNIT_KEYS = {
-    "unit_key",
-    "tenant_id",
-    "status",
-    "attempts",
-    "last_error",
-    "started_at",
-    "finished_at",
-    "stale",
-    "stale_reason",
-}
+from tests.support import COUNT_KEYS, RUN_KEYS, UNIT_KEYS
 
 
 def start(cli, context: dict) -> str:
@@ -42,7 +30,7 @@ def test_status_json_of_one_run_has_the_pinned_shape(inline_cli):
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert set(data) == RUN_KEYS | {"failed_units", "stale_units", "events"}
-    assert set(data["units"]) == UNIT_COUNT_KEYS
+    assert set(data["units"]) == COUNT_KEYS
     assert data["units"] | {} == {
         "total": 6,
         "pending": 0,

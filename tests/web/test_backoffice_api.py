@@ -6,21 +6,8 @@ import pytest
 
 from taskrunner import runner
 from taskrunner.ledger import ledger
+from tests.support import COUNT_KEYS, RUN_KEYS, UNIT_KEYS
 from tests.web.backoffice_support import browser, finished_run, make_user, sign_in
-
-RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
-COUNT_KEYS = {"total", "pending", "running", "completed", "failed", "skipped", "stale"}
-UNIT_KEYS = {
-    "unit_key",
-    "tenant_id",
-    "status",
-    "attempts",
-    "last_error",
-    "started_at",
-    "finished_at",
-    "stale",
-    "stale_reason",
-}
 
 
 @pytest.fixture

@@ -21,6 +21,20 @@ def step(key: str) -> GenerationStep:
     return db.session.execute(select(GenerationStep).where(GenerationStep.key == key)).scalar_one()
 
 
+def finished(run_uuid: str) -> GenerationRun:
+    """The build once it is no longer running (its steps run in other processes)."""
+
+    def done() -> GenerationRun | None:
+        db.session.rollback()
+        return db.session.execute(
+            select(GenerationRun).where(
+                GenerationRun.uuid == run_uuid, GenerationRun.status != "running"
+            )
+        ).scalar_one_or_none()
+
+    return wait_for(done, timeout=60, message="the run to finish")
+
+
 def test_a_step_interrupted_by_sigterm_is_queued_again_and_run_by_the_next_consumer(ctx, consumers):
     db.session.add(Tenant(id=9, name="Hooli"))
     db.session.commit()
@@ -38,18 +52,7 @@ def test_a_step_interrupted_by_sigterm_is_queued_again_and_run_by_the_next_consu
     assert (handed.status, handed.attempts) == ("queued", 1)
 
     consumers.start("builder", workers=1)
-    run = wait_for(
-        lambda: (
-            db.session.rollback()
-            or db.session.execute(
-                select(GenerationRun).where(
-                    GenerationRun.uuid == run_uuid, GenerationRun.status != "running"
-                )
-            ).scalar_one_or_none()
-        ),
-        timeout=60,
-        message="the run to finish",
-    )
+    run = finished(run_uuid)
     assert run.status == "completed", run.failure_reason
     assert step("outline-1").attempts == 2
     assert "handed back on shutdown" in consumers.logs()
@@ -80,17 +83,6 @@ def test_a_step_whose_consumer_was_killed_is_recovered_by_the_sweep(ctx, consume
     later = utcnow() + timedelta(minutes=service.STEP_STUCK_AFTER_MINUTES + 1)
     assert service.recover(later) == 1
     consumers.start("builder", workers=1)
-    run = wait_for(
-        lambda: (
-            db.session.rollback()
-            or db.session.execute(
-                select(GenerationRun).where(
-                    GenerationRun.uuid == run_uuid, GenerationRun.status != "running"
-                )
-            ).scalar_one_or_none()
-        ),
-        timeout=60,
-        message="the run to finish",
-    )
+    run = finished(run_uuid)
     assert run.status == "completed", run.failure_reason
     assert step("outline-1").attempts == 2
