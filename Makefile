@@ -4,12 +4,18 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 FLASK  := $(BIN)/flask --app app
 
-.PHONY: install migrate seed run test lint format bench chaos catalog clean
+.PHONY: install migrate seed run test lint format bench chaos cluster catalog clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# The browser test's accessibility engine (axe-core, pinned in package-lock.json): the
+# tests need it, `make run` does not.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
 	touch $@
 
 install: $(BIN)/.installed
@@ -21,14 +27,17 @@ seed: migrate
 	@if [ ! -f instance/.demo-seeded ]; then $(FLASK) demo seed && touch instance/.demo-seeded; fi
 
 # The backoffice on http://127.0.0.1:5000 with lean workers, on SQLite + SqliteHuey.
+# Development: plain http, so cookies are not Secure and no HSTS is sent. The web server
+# starts from the web entry module (``wsgi``: logging, and the key `make migrate` made).
+run: export TASKLEDGER_ENV = development
 run: seed
 	@trap 'kill 0' INT TERM EXIT; \
 	$(FLASK) workers --mode lean & \
-	$(FLASK) run --host 127.0.0.1 --port $${PORT:-5000}
+	$(BIN)/flask --app wsgi run --host 127.0.0.1 --port $${PORT:-5000}
 
 # The whole suite, on the embedded default (SQLite + SqliteHuey), or on
 # PostgreSQL + Redis with TEST_BACKEND=postgres (what CI runs too).
-test: migrate
+test: migrate node_modules/.installed
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: install
@@ -39,14 +48,27 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The generated docs: the event catalog and the README's tenant API client section.
 catalog: install
 	$(FLASK) events catalog
+	$(FLASK) openapi readme
 
-bench: install
+# The benchmarks' own extra (Celery, the peer they are measured against) comes first.
+$(BIN)/.bench-installed: pyproject.toml $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: install $(BIN)/.bench-installed
 	$(BIN)/python -m bench.run
 
 chaos: install
 	$(BIN)/python -m bench.chaos
+
+# Six hosts in network namespaces (db, two web, three consumer hosts) under a deploy, a
+# crash and a partition, on both queue drivers; writes bench/results/cluster.md. Needs
+# root, iproute2 and the PostgreSQL and Redis server binaries (it runs its own servers).
+cluster: install
+	$(BIN)/python -m bench.cluster
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache

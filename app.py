@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
-from config import INSTANCE_DIR, Config, instance_secret_key
-from database import configure_engine
+from config import Config, instance_path, read_secret_key
+from database import configure_engine, engine_options
 from extensions import csrf, db, login_manager, migrate
+from startup import EntryCommands
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
-    """Build the app: defaults from the environment, then ``config`` overrides. No I/O."""
-    app = Flask(__name__, instance_path=str(INSTANCE_DIR))
-    app.config.from_mapping(Config().as_dict())
+    """Build the app: defaults from the environment, then ``config`` overrides.
+
+    It reads config (the instance's key included) and writes nothing: logging and the
+    key file are the entry points' (``startup``). Every piece of state is the app's own.
+    """
+    instance = instance_path(config)
+    app = Flask(__name__, instance_path=str(instance))
+    app.cli = EntryCommands(app)
+    app.config.from_mapping(Config(instance).as_dict())
     if config:
         app.config.update(config)
     if not app.config.get("SECRET_KEY"):
-        app.config["SECRET_KEY"] = instance_secret_key()
-    register_logging(app)
+        app.config["SECRET_KEY"] = read_secret_key(instance)
+    register_proxies(app)
     register_extensions(app)
     register_modules(app)
     register_blueprints(app)
@@ -30,30 +36,22 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     return app
 
 
-def register_logging(app: Flask) -> None:
-    """Send logs (full exceptions included) to LOG_FILE unless a host process configured them.
+def register_proxies(app: Flask) -> None:
+    """Trust X-Forwarded-For / -Proto from exactly the configured number of proxies.
 
-    The CLI then keeps stderr for its one-line answers; ``LOG_FILE=-`` logs to stderr.
+    Without it, behind a proxy every request has the proxy's address (one sign-in
+    throttle and one rate limit for everyone); with too many hops, a client could
+    choose its own address. Docs: deploy/README.md.
     """
-    root = logging.getLogger()
-    if root.handlers:
-        return
-    target = app.config.get("LOG_FILE") or str(Path(app.instance_path) / "taskledger.log")
-    if target == "-":
-        handler: logging.Handler = logging.StreamHandler()
-    else:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(target)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s")
-    )
-    root.addHandler(handler)
-    root.setLevel(app.config.get("LOG_LEVEL", "INFO"))
+    hops = app.config.get("TRUSTED_PROXY_HOPS", 0)
+    if hops:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)  # type: ignore[method-assign]
 
 
 def register_extensions(app: Flask) -> None:
     from tasks import queues
 
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = engine_options(app.config)
     db.init_app(app)
     with app.app_context():
         configure_engine(db.engine)
@@ -64,19 +62,31 @@ def register_extensions(app: Flask) -> None:
 
 
 def register_modules(app: Flask) -> None:
-    """Import every model and job module, and let modules bind their seams and types."""
+    """Import every model and job module, and let modules bind their seams and types.
+
+    The modules' init functions register into the runner's state of this app through
+    the runner's contract, which works on the app in context; tracked jobs, declared
+    when their modules are imported, are adopted last.
+    """
+    import live.models  # noqa: F401 - the live topics table
+    import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
     import tasks.periodic  # noqa: F401 - registers the periodic jobs
+    import tasks.slots  # noqa: F401 - the periodic slot claims table
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics
     from dlp import masker
     from documents import setup as documents
     from payments import setup as payments
+    from taskrunner import appstate
     from tenancy import setup as tenancy
 
-    for module in (tenancy, masker, diagnostics, payments, accounts, coursebuilder, documents):
-        module.init_app(app)
+    appstate.init_app(app)
+    with app.app_context():
+        for module in (tenancy, masker, diagnostics, payments, accounts, coursebuilder, documents):
+            module.init_app(app)
+    appstate.adopt_declared_jobs(app)
 
 
 def register_blueprints(app: Flask) -> None:
@@ -87,12 +97,14 @@ def register_blueprints(app: Flask) -> None:
     from blueprints.builder import bp as builder
     from blueprints.health import bp as health
     from blueprints.tenant_api import bp as tenant_api
+    from blueprints.tenant_api.document import bp as tenant_api_document
 
     ui.init_app(app)
     for blueprint in (auth, backoffice, api):
         app.register_blueprint(blueprint)
     app.register_blueprint(health)
     app.register_blueprint(tenant_api)
+    app.register_blueprint(tenant_api_document)
     app.register_blueprint(builder)
 
 
@@ -106,6 +118,7 @@ def register_errorhandlers(app: Flask) -> None:
 def register_commands(app: Flask) -> None:
     from accounts.cli import users_cli
     from asyncrequests.cli import async_requests_cli, tenants_cli
+    from blueprints.openapi_cli import openapi_cli
     from coursebuilder.cli import builder_cli
     from demo.cli import demo_cli
     from payments.cli import payments_cli
@@ -122,5 +135,5 @@ def register_commands(app: Flask) -> None:
         builder_cli,
     ):
         app.cli.add_command(command)
-    for command in (tenants_cli, async_requests_cli):
+    for command in (tenants_cli, async_requests_cli, openapi_cli):
         app.cli.add_command(command)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent
-INSTANCE_DIR = Path(os.environ.get("INSTANCE_PATH", BASE_DIR / "instance"))
+SECRET_KEY_FILE = "secret_key"
 
 
 def _int(name: str, default: int) -> int:
@@ -20,27 +23,63 @@ def _float(name: str, default: float) -> float:
     return float(raw) if raw not in (None, "") else default
 
 
-def instance_secret_key() -> str:
-    """A key generated once into the instance folder, for when SECRET_KEY is not set."""
-    path = INSTANCE_DIR / "secret_key"
-    if not path.exists():
-        INSTANCE_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
-    return path.read_text().strip()
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "")
+    return raw == "1" if raw in ("0", "1") else default
+
+
+def instance_path(overrides: Mapping[str, Any] | None = None) -> Path:
+    """The instance folder: ``INSTANCE_PATH`` of ``overrides``, else of the environment,
+    else ``instance/`` next to this file. Read when an app is made, never at import."""
+    chosen = (overrides or {}).get("INSTANCE_PATH") or os.environ.get("INSTANCE_PATH")
+    return Path(chosen) if chosen else BASE_DIR / "instance"
+
+
+def read_secret_key(instance: str | Path) -> str | None:
+    """The key ``ensure_secret_key`` wrote into the instance folder, if it did."""
+    path = Path(instance) / SECRET_KEY_FILE
+    key = path.read_text().strip() if path.is_file() else ""
+    return key or None
+
+
+def ensure_secret_key(instance: str | Path) -> str:
+    """The instance folder's key, generated once (0600) when there is none yet.
+
+    For when SECRET_KEY is not set; an entry point calls it, never the app factory.
+    """
+    from security.files import private_file
+
+    key = read_secret_key(instance)
+    if key is not None:
+        return key
+    # Written aside, then linked into place: two processes starting at once agree on the
+    # first one's key, and none ever reads a half-written file.
+    path = Path(instance) / SECRET_KEY_FILE
+    candidate = private_file(path.with_name(f".{SECRET_KEY_FILE}.{os.getpid()}"))
+    candidate.write_text(secrets.token_hex(32))
+    try:
+        os.link(candidate, path)
+    except FileExistsError:
+        if read_secret_key(instance) is None:  # an empty file, left by an older version
+            os.replace(candidate, path)
+    finally:
+        candidate.unlink(missing_ok=True)
+    return read_secret_key(instance) or ""
 
 
 class Config:
     """Settings of one deployment; every value can come from the environment."""
 
-    def __init__(self) -> None:
+    def __init__(self, instance: Path | None = None) -> None:
         env = os.environ
+        instance = instance or instance_path()
+        self.INSTANCE_PATH = str(instance)
         self.SQLALCHEMY_DATABASE_URI = env.get(
-            "DATABASE_URL", f"sqlite:///{INSTANCE_DIR / 'taskledger.db'}"
+            "DATABASE_URL", f"sqlite:///{instance / 'taskledger.db'}"
         )
         self.QUEUE_DRIVER = env.get("QUEUE_DRIVER", "sqlite")
         self.REDIS_URL = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-        self.QUEUE_SQLITE_PATH = env.get("QUEUE_SQLITE_PATH", str(INSTANCE_DIR / "queue.sqlite3"))
+        self.QUEUE_SQLITE_PATH = env.get("QUEUE_SQLITE_PATH", str(instance / "queue.sqlite3"))
         self.LOG_FILE = env.get("LOG_FILE", "")
         self.LOG_LEVEL = env.get("LOG_LEVEL", "INFO")
         self.QUEUE_IMMEDIATE = env.get("QUEUE_IMMEDIATE", "") == "1"
@@ -52,9 +91,28 @@ class Config:
         self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int("TASK_RUNNER_STUCK_AFTER_MINUTES", 60)
         self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30)
         self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
+        # Periods of the two sweeps that run every few minutes (periodic tasks, tasks/periodic.py).
+        self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60)
+        self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300)
+        # The roll-up of units settled per minute (the queues page's last minute and hour).
+        self.TASK_RUNNER_THROUGHPUT_SECONDS = _int("TASK_RUNNER_THROUGHPUT_SECONDS", 60)
         self.TASK_RUNNER_RETENTION_DAYS = _int("TASK_RUNNER_RETENTION_DAYS", 30)
+        # A subscriber that refuses an event retries after this many seconds, doubling
+        # (at most an hour), and is parked after this many refusals.
+        self.TASK_RUNNER_EVENT_RETRY_SECONDS = _float("TASK_RUNNER_EVENT_RETRY_SECONDS", 60)
+        self.TASK_RUNNER_EVENT_MAX_ATTEMPTS = _int("TASK_RUNNER_EVENT_MAX_ATTEMPTS", 8)
         self.TASK_RUNNER_INSERT_CHUNK = _int("TASK_RUNNER_INSERT_CHUNK", 5000)
         self.TASK_RUNNER_DISPATCH_CHUNK = _int("TASK_RUNNER_DISPATCH_CHUNK", 1000)
+        # More task types for another queue than their definition names ("type=queue,...";
+        # the routing table, tasks/routing.py TYPE_ROUTES, has the project's own).
+        self.TASK_RUNNER_TYPE_ROUTES = env.get("TASK_RUNNER_TYPE_ROUTES", "")
+        # "fast": a unit's gate and completion do not wait for PostgreSQL's WAL flush
+        # (taskrunner/ledger/hot.py says what a server crash can cost); "durable": they do.
+        self.TASK_RUNNER_UNIT_COMMIT = env.get("TASK_RUNNER_UNIT_COMMIT", "fast")
+        # Consumers register themselves and heartbeat every CONSUMER_HEARTBEAT_SECONDS; one
+        # silent for three beats is shown as lost, and forgotten after the retention.
+        self.CONSUMER_HEARTBEAT_SECONDS = _float("CONSUMER_HEARTBEAT_SECONDS", 10)
+        self.CONSUMER_RETENTION_MINUTES = _int("CONSUMER_RETENTION_MINUTES", 60)
         self.ASYNC_REQUESTS_RETENTION_DAYS = _int("ASYNC_REQUESTS_RETENTION_DAYS", 7)
         self.LLM_DRIVER = env.get("LLM_DRIVER", "fake")
         self.LLM_BASE_URL = env.get("LLM_BASE_URL", "")
@@ -62,15 +120,41 @@ class Config:
         self.LLM_MODEL = env.get("LLM_MODEL", "")
         self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120)
         self.BUILDER_STREAM_SECONDS = _int("BUILDER_STREAM_SECONDS", 60)
+        # The run pages' live streams: how long one stream lasts (the browser reconnects)
+        # and how often it probes the runs it follows.
+        self.LIVE_STREAM_SECONDS = _int("LIVE_STREAM_SECONDS", 60)
+        self.LIVE_POLL_SECONDS = _float("LIVE_POLL_SECONDS", 1.0)
+        # How long a process reuses the overview strip it read (its numbers move by the minute).
+        self.OVERVIEW_CACHE_SECONDS = _float("OVERVIEW_CACHE_SECONDS", 5.0)
         self.DOCUMENTS_PROVIDER_URL = env.get("DOCUMENTS_PROVIDER_URL", "")
         self.DOCUMENTS_PROVIDER_TOKEN = env.get("DOCUMENTS_PROVIDER_TOKEN", "")
         self.DOCUMENTS_PROVIDER_TIMEOUT_SECONDS = _float("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", 10)
+        # A host cut off from PostgreSQL or Redis must not hang on a dead socket: connecting
+        # gives up after the first, a connection whose peer went silent breaks after about
+        # the second (database.postgres_connect_args, tasks.queues).
+        self.NETWORK_CONNECT_TIMEOUT_SECONDS = _int("NETWORK_CONNECT_TIMEOUT_SECONDS", 10)
+        self.NETWORK_DEAD_PEER_SECONDS = _int("NETWORK_DEAD_PEER_SECONDS", 60)
+        # database.engine_options adds hide_parameters: bound values never reach a message.
         self.SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
+        # Development serves plain http on 127.0.0.1 (``make run`` sets it); everywhere
+        # else cookies are Secure and HSTS is sent.
+        self.DEVELOPMENT = env.get("TASKLEDGER_ENV", "production") == "development"
         self.SESSION_COOKIE_HTTPONLY = True
         self.SESSION_COOKIE_SAMESITE = "Lax"
-        self.SESSION_COOKIE_SECURE = env.get("SESSION_COOKIE_SECURE", "") == "1"
+        self.SESSION_COOKIE_SECURE = _flag("SESSION_COOKIE_SECURE", not self.DEVELOPMENT)
         self.REMEMBER_COOKIE_HTTPONLY = True
-        self.WTF_CSRF_TIME_LIMIT = None
+        self.REMEMBER_COOKIE_SECURE = self.SESSION_COOKIE_SECURE
+        self.HSTS_SECONDS = 0 if self.DEVELOPMENT else _int("HSTS_SECONDS", 31536000)
+        self.PERMANENT_SESSION_LIFETIME = timedelta(hours=_float("SESSION_LIFETIME_HOURS", 12))
+        self.WTF_CSRF_TIME_LIMIT = _int("CSRF_TOKEN_LIFETIME_SECONDS", 3600)
+        # Requests whose bodies are bigger are refused with a 413 before they are read.
+        self.MAX_CONTENT_LENGTH = _int("MAX_CONTENT_LENGTH", 1024 * 1024)
+        # Proxies in front of the app that append to X-Forwarded-For / -Proto (0: none;
+        # a client's own X-Forwarded-* headers are then ignored).
+        self.TRUSTED_PROXY_HOPS = _int("TRUSTED_PROXY_HOPS", 0)
+        self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60)
+        self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
+        self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)
 
     def as_dict(self) -> dict:
         return {k: v for k, v in vars(self).items() if k.isupper()}

@@ -9,13 +9,17 @@ off so that SQLAlchemy's ``begin`` event decides which BEGIN is sent.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+
+from security.files import private_file
 
 IMMEDIATE = "taskledger_begin_immediate"
 
@@ -25,15 +29,73 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def iso(value: datetime | None) -> str | None:
+    """A naive UTC time as ISO-8601 with a ``Z``, to the second (what JSON shows)."""
+    return value.isoformat(timespec="seconds") + "Z" if value else None
+
+
 def is_sqlite(bind: Engine | Session) -> bool:
     engine = bind.get_bind() if hasattr(bind, "get_bind") else bind
     return engine.dialect.name == "sqlite"
 
 
+def postgres_connect_args(config: Mapping[str, Any]) -> dict[str, Any]:
+    """libpq settings with which no PostgreSQL connection waits forever on a dead network.
+
+    ``connect_timeout`` bounds a connection attempt; TCP keepalives find a silent peer
+    while a statement waits for its answer, and ``tcp_user_timeout`` breaks a connection
+    whose sent data stays unacknowledged (a partition mid-statement) after
+    ``NETWORK_DEAD_PEER_SECONDS``. A partition shorter than that is ridden out: the
+    statement completes when the link comes back.
+
+    The server's end gets the same settings (``options``): a host that vanished in the
+    middle of a transaction would otherwise keep its row locks for the operating
+    system's two hours of keepalive silence; after about the dead-peer time the server
+    drops the session, rolls it back and the locks go.
+    """
+    dead_peer = max(2, int(config["NETWORK_DEAD_PEER_SECONDS"]))
+    idle, interval = max(1, dead_peer // 4), max(1, dead_peer // 8)
+    return {
+        "connect_timeout": max(1, int(config["NETWORK_CONNECT_TIMEOUT_SECONDS"])),
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": 3,
+        "tcp_user_timeout": dead_peer * 1000,
+        "options": (
+            f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} "
+            f"-c tcp_keepalives_count=3 -c tcp_user_timeout={dead_peer * 1000}"
+        ),
+    }
+
+
+def engine_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """SQLAlchemy engine options: a pooled connection is checked before use, and on
+    PostgreSQL every connection carries ``postgres_connect_args``."""
+    options = dict(config.get("SQLALCHEMY_ENGINE_OPTIONS") or {})
+    options.setdefault("pool_pre_ping", True)
+    # Whatever a deployment passes, statement parameters stay out of exception messages.
+    options["hide_parameters"] = True
+    if str(config.get("SQLALCHEMY_DATABASE_URI", "")).startswith("postgresql"):
+        options["connect_args"] = {
+            **postgres_connect_args(config),
+            **options.get("connect_args", {}),
+        }
+    return options
+
+
 def configure_engine(engine: Engine) -> None:
-    """Install the SQLite pragmas and BEGIN handling on an engine."""
+    """Install the SQLite pragmas, BEGIN handling and a private database file on an engine."""
     if engine.dialect.name != "sqlite":
         return
+    database = engine.url.database
+    if database and database != ":memory:" and not database.startswith("file:"):
+
+        @event.listens_for(engine, "do_connect")
+        def _private(_dialect, _record, _cargs, _cparams):
+            # SQLite would create the file (and its -wal and -shm files, which take the
+            # file's mode) readable by everyone under the usual umask.
+            private_file(Path(database))
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):

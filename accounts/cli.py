@@ -8,7 +8,7 @@ import click
 from flask.cli import with_appcontext
 
 from accounts.permissions import PERMISSIONS
-from accounts.services import AccountError, create_user
+from accounts.services import AccountError, create_user, set_password
 
 
 @click.group("users", help="Operator accounts.")
@@ -43,3 +43,17 @@ def create_command(email: str, permissions: tuple[str, ...]) -> None:
         sys.exit(1)
     granted = ", ".join(sorted(user.permissions)) or "no permissions"
     click.echo(f"created {user.email} ({granted})")
+
+
+@users_cli.command("set-password")
+@click.argument("email")
+@with_appcontext
+def set_password_command(email: str) -> None:
+    """Change an operator's password (from stdin or asked for); their sessions end."""
+    password = _read_password()
+    try:
+        user = set_password(email, password)
+    except AccountError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"password of {user.email} changed; every session of theirs has ended")

@@ -51,7 +51,8 @@ class UserPermission(db.Model):
 
 
 class SignInThrottle(db.Model):
-    """Recent failed sign-ins of one account or one address (``scope:value``)."""
+    """Recent sign-in attempts of one key (``scope:value``), counted before the password is
+    checked; a success gives its count back."""
 
     __tablename__ = "sign_in_throttles"
 
@@ -60,3 +61,34 @@ class SignInThrottle(db.Model):
     failures: Mapped[int] = mapped_column(Integer, default=0)
     first_failed_at: Mapped[datetime] = mapped_column(default=utcnow)
     blocked_until: Mapped[datetime | None]
+
+
+class OperatorSession(db.Model):
+    """One signed-in browser: its cookie holds the secret, the row only its hash.
+
+    Signing out deletes the row; a password change deletes all of a user's rows; a
+    row past ``expires_at`` signs nobody in. Every web host reads the same rows.
+    """
+
+    __tablename__ = "operator_sessions"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class KnownSignInAddress(db.Model):
+    """An address an operator signed in from: others' failures never lock it out."""
+
+    __tablename__ = "known_sign_in_addresses"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    address: Mapped[str] = mapped_column(String(64))
+    last_signed_in_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+    __table_args__ = (
+        UniqueConstraint("user_id", "address", name="uq_known_sign_in_addresses_user_address"),
+    )

@@ -11,21 +11,19 @@ from functools import wraps
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-from flask import abort, jsonify, redirect, request
+from flask import abort, redirect, request
 from flask_login import current_user
+
+from blueprints.problems import wants_problem
 
 PERMISSIONS: dict[str, str] = {
     "task-runner.runs.view": "See task runs, their units, errors and events",
     "task-runner.runs.manage": "Retry and cancel task runs",
     "course-builder.runs.view": "See course-builder runs, their stages and steps",
-    "course-builder.runs.manage": "Start and stop course-builder runs",
+    "course-builder.runs.manage": "Start, stop and retry course-builder runs",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def wants_json() -> bool:
-    return request.path.startswith("/api/")
 
 
 def login_url(next_path: str) -> str:
@@ -46,17 +44,11 @@ def permission_required(name: str) -> Callable[[F], F]:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if not current_user.is_authenticated:
-                if wants_json():
-                    response = jsonify(error="authentication required")
-                    response.status_code = 401
-                    return response
+                if wants_problem():
+                    abort(401, description="sign in first: this API needs a backoffice session")
                 return redirect(login_url(_next_path()))
             if not current_user.has_permission(name):
-                if wants_json():
-                    response = jsonify(error=f"permission {name} required")
-                    response.status_code = 403
-                    return response
-                abort(403)
+                abort(403, description=f"permission {name} required")
             return view(*args, **kwargs)
 
         guarded.required_permission = name  # type: ignore[attr-defined]

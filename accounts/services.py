@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from sqlalchemy import func, select
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from accounts import throttle
+from accounts import sessions, throttle
 from accounts.models import User, UserPermission
 from accounts.permissions import PERMISSIONS
 from database import utcnow, write_transaction
 from extensions import db
+from security.echo import echo
 
 MIN_PASSWORD_LENGTH = 10
+MAX_EMAIL_LENGTH = 191
+# An address mail can be sent to: a dot-atom local part, a dotted domain of DNS labels.
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+EMAIL = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+")
 # Compared against when the account does not exist, so both paths cost the same.
 _DUMMY_HASH = generate_password_hash("not-a-real-password-at-all")
 
@@ -39,19 +46,28 @@ def normalize_email(email: str) -> str:
     return (email or "").strip().lower()
 
 
+def valid_email(email: str) -> bool:
+    local = email.rpartition("@")[0]
+    return len(email) <= MAX_EMAIL_LENGTH and len(local) <= 64 and bool(EMAIL.fullmatch(email))
+
+
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise AccountError(f"the password needs at least {MIN_PASSWORD_LENGTH} characters")
+
+
 def create_user(email: str, password: str, permissions: Iterable[str]) -> User:
     """Create an operator with the given permissions."""
     email = normalize_email(email)
     names = sorted(set(permissions))
-    if "@" not in email or len(email) > 191 or email.startswith("@") or email.endswith("@"):
-        raise AccountError(f"not an email address: {email!r}")
+    if not valid_email(email):
+        raise AccountError(f"not an email address: {echo(email)}")
     unknown = [name for name in names if name not in PERMISSIONS]
     if unknown:
         raise AccountError(
             f"unknown permission {unknown[0]!r} (known: {', '.join(sorted(PERMISSIONS))})"
         )
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise AccountError(f"the password needs at least {MIN_PASSWORD_LENGTH} characters")
+    _check_password(password)
     with write_transaction(db.session):
         if find_user(email) is not None:
             raise AccountError(f"a user {email} already exists")
@@ -67,25 +83,33 @@ def find_user(email: str) -> User | None:
     ).scalar_one_or_none()
 
 
-def load_user(user_id: str) -> User | None:
-    try:
-        return db.session.get(User, int(user_id))
-    except (TypeError, ValueError):
-        return None
+def set_password(email: str, password: str) -> User:
+    """Change an operator's password; every session of theirs ends."""
+    _check_password(password)
+    with write_transaction(db.session):
+        user = find_user(email)
+        if user is None:
+            raise AccountError(f"no user {echo(normalize_email(email))}")
+        user.password_hash = generate_password_hash(password)
+    sessions.end_sessions_of(user.id)
+    return user
 
 
 def authenticate(email: str, password: str, address: str | None) -> User:
-    """The user whose credentials these are; refused or throttled otherwise."""
-    email = normalize_email(email)[:191]
-    wait = throttle.blocked_for(email, address)
+    """The user whose credentials these are; refused or throttled otherwise.
+
+    The attempt is counted before the password is checked (``accounts.throttle``).
+    """
+    email = normalize_email(email)[:MAX_EMAIL_LENGTH]
+    user = find_user(email) if email else None
+    known = user is not None and throttle.is_known(user.id, address)
+    wait = throttle.admit(email, address, known)
     if wait:
         raise SignInThrottled(wait)
-    user = find_user(email) if email else None
     valid = check_password_hash(user.password_hash if user else _DUMMY_HASH, password or "")
     if user is None or not valid or not user.active:
-        throttle.record_failure(email, address)
         raise SignInRefused()
-    throttle.record_success(email)
+    throttle.signed_in(user.id, email, address, known)
     with write_transaction(db.session):
         user.last_sign_in_at = utcnow()
     return user

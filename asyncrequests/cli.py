@@ -1,4 +1,4 @@
-"""``flask tenants token …`` and ``flask async-requests prune``."""
+"""``flask tenants token …`` (on ``tenancy.cli``'s group) and ``flask async-requests prune``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from flask.cli import AppGroup
 
 from asyncrequests import retention, tokens
 from asyncrequests.errors import AsyncRequestError
+from tenancy.cli import tenants_cli
 
-tenants_cli = AppGroup("tenants", help="Tenants' access to the tenant API.")
 token_cli = AppGroup("token", help="Create, list and revoke tenant API tokens.")
 tenants_cli.add_command(token_cli)
 async_requests_cli = AppGroup("async-requests", help="Tenant-facing async requests.")

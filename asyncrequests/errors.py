@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from taskrunner.contract import register_domain_error
 
+
+@register_domain_error
 class AsyncRequestError(Exception):
     """Base of this module's errors; messages are safe to show to whoever asked."""
 
@@ -12,4 +15,8 @@ class UnknownTenant(AsyncRequestError):
 
 
 class UnknownToken(AsyncRequestError):
+    pass
+
+
+class ClosedTenant(AsyncRequestError):
     pass

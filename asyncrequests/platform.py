@@ -24,7 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from asyncrequests.models import AsyncRequest, RequestStatus
 from database import is_sqlite, utcnow, write_transaction
 from extensions import db
-from taskrunner.redaction import redact
+from taskrunner.contract import bounded, redact
 
 PENDING_ONLY = "status = 'pending'"
 # Creating and reading back the pending row can race a job that completes it in
@@ -188,7 +188,7 @@ def complete_pending(
 
 def fail_pending(tenant_id: int, kind: str, subject: str, error: BaseException | str) -> str | None:
     """Fail the tenant's pending request; an exception is redacted as the ledger redacts it."""
-    reason = redact(error) if isinstance(error, BaseException) else error
+    reason = redact(error) if isinstance(error, BaseException) else bounded(error)
     return _settle(
         tenant_id, kind, subject, {"status": RequestStatus.FAILED, "reason": reason, "result": None}
     )

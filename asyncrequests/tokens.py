@@ -15,11 +15,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 
-from asyncrequests.errors import UnknownTenant, UnknownToken
+from asyncrequests.errors import ClosedTenant, UnknownTenant, UnknownToken
 from asyncrequests.models import TenantApiToken
 from database import utcnow, write_transaction
 from extensions import db
-from tenancy.models import Tenant
+from tenancy.models import CLOSED, Tenant
 
 PREFIX = "tlk"
 PUBLIC_ID_BYTES = 6  # 12 hex characters
@@ -50,37 +50,42 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _public_id(token: str) -> str | None:
+def public_id(token: str) -> str | None:
+    """The public half of a well-formed token (None for anything else)."""
     if not token or len(token) > MAX_TOKEN_LENGTH:
         return None
     parts = token.split("_", 2)
     if len(parts) != 3 or parts[0] != PREFIX or not parts[2]:
         return None
-    public_id = parts[1]
-    if len(public_id) != PUBLIC_ID_BYTES * 2 or not all(c in "0123456789abcdef" for c in public_id):
+    candidate = parts[1]
+    if len(candidate) != PUBLIC_ID_BYTES * 2 or not all(c in "0123456789abcdef" for c in candidate):
         return None
-    return public_id
+    return candidate
 
 
 def issue(tenant_id: int, name: str = "") -> IssuedToken:
     """Create a token for an existing tenant."""
-    if db.session.get(Tenant, tenant_id) is None:
+    tenant = db.session.get(Tenant, tenant_id)
+    if tenant is None:
         raise UnknownTenant(f"no tenant {tenant_id}")
-    public_id = secrets.token_hex(PUBLIC_ID_BYTES)
-    token = f"{PREFIX}_{public_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
+    if tenant.status == CLOSED:
+        raise ClosedTenant(f"tenant {tenant_id} is closed")
+    token_id = secrets.token_hex(PUBLIC_ID_BYTES)
+    token = f"{PREFIX}_{token_id}_{secrets.token_urlsafe(SECRET_BYTES)}"
     with write_transaction(db.session):
         db.session.add(
             TenantApiToken(
-                public_id=public_id, tenant_id=tenant_id, name=name, secret_hash=_digest(token)
+                public_id=token_id, tenant_id=tenant_id, name=name, secret_hash=_digest(token)
             )
         )
-    return IssuedToken(public_id, tenant_id, token)
+    return IssuedToken(token_id, tenant_id, token)
 
 
 def authenticate(token: str | None) -> int | None:
-    """The tenant a live token belongs to; None for a malformed, unknown or revoked one."""
-    public_id = _public_id(token or "")
-    if public_id is None:
+    """The tenant a live token belongs to; None for a malformed, unknown or revoked one,
+    or one of a closed tenant."""
+    token_id = public_id(token or "")
+    if token_id is None:
         return None
     row = db.session.execute(
         select(
@@ -90,7 +95,11 @@ def authenticate(token: str | None) -> int | None:
             TenantApiToken.last_used_at,
         )
         .join(Tenant, Tenant.id == TenantApiToken.tenant_id)
-        .where(TenantApiToken.public_id == public_id, TenantApiToken.revoked_at.is_(None))
+        .where(
+            TenantApiToken.public_id == token_id,
+            TenantApiToken.revoked_at.is_(None),
+            Tenant.status != CLOSED,
+        )
     ).first()
     if row is None or not hmac.compare_digest(row.secret_hash, _digest(token or "")):
         return None
@@ -108,17 +117,17 @@ def revoke(identifier: str) -> tuple[str, bool]:
 
     Returns its public id and whether this call revoked it (False: it already was).
     """
-    public_id = _public_id(identifier) or identifier
+    token_id = public_id(identifier) or identifier
     with write_transaction(db.session):
         row = db.session.execute(
-            select(TenantApiToken).where(TenantApiToken.public_id == public_id)
+            select(TenantApiToken).where(TenantApiToken.public_id == token_id)
         ).scalar_one_or_none()
         if row is None:
-            raise UnknownToken(f"no token {public_id}")
+            raise UnknownToken(f"no token {token_id}")
         if row.revoked_at is not None:
-            return public_id, False
+            return token_id, False
         row.revoked_at = utcnow()
-    return public_id, True
+    return token_id, True
 
 
 def tokens_of(tenant_id: int) -> list[TokenInfo]:

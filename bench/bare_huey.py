@@ -3,10 +3,10 @@
 A consumer entry module (``huey_consumer bench.bare_huey.huey``), configured from
 ``REDIS_URL`` and ``DATABASE_URL`` like ours. ``noop`` does nothing. ``transactions``
 does, on look-alike tables (``bench_runs`` and ``bench_units``, created ``LIKE`` the
-ledger's with all their indexes), the same three statements the tracking wrapper
-pays per unit: the gate's conditional UPDATE with its EXISTS on the run, the
-completing UPDATE, and the finalization's existence check. What remains between
-these figures and ours is the wrapper's own overhead.
+ledger's with all their indexes), the same two statements the tracking wrapper pays
+per unit on one kept autocommit connection: the gate's conditional UPDATE with its
+EXISTS on the run, and the completion with its look for another active unit. What
+remains between these figures and ours is the wrapper's own overhead.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from huey import RedisHuey
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
 QUEUE = "taskledger.bench-bare"
 
@@ -38,27 +38,33 @@ GATE = text(
     "RETURNING bench_units.task_run_id, bench_units.unit_key, bench_units.tenant_id, "
     "bench_units.attempts"
 )
-COMPLETE = text(
+# The completion and its look for another active unit, in one statement (the ledger's
+# COMPLETE_AND_LOOK on the look-alike table).
+COMPLETE_AND_LOOK = text(
+    "WITH done AS ("
     "UPDATE bench_units SET status = 'completed', finished_at = now(), updated_at = now(), "
-    "last_error = NULL WHERE bench_units.id = :unit_id AND bench_units.dispatch_token = :token "
-    "AND bench_units.status = 'running'"
+    "last_error = NULL "
+    "WHERE id = :unit_id AND dispatch_token = :token AND status = 'running' RETURNING id), "
+    "other AS ("
+    "SELECT id FROM bench_units WHERE EXISTS (SELECT 1 FROM done) "
+    "AND task_run_id >= :run_id AND task_run_id <= :run_id "
+    "AND status IN ('pending', 'running') AND deleted_at IS NULL AND id <> :unit_id "
+    "ORDER BY task_run_id DESC, status DESC, id DESC LIMIT 1 FOR SHARE SKIP LOCKED) "
+    "SELECT (SELECT count(*) FROM done) AS settled, (SELECT id FROM other) AS other_id"
 )
-ACTIVE_CHECK = text(
-    "SELECT 1 FROM bench_units WHERE bench_units.task_run_id = :run_id "
-    "AND bench_units.status IN ('pending', 'running') AND bench_units.deleted_at IS NULL LIMIT 1"
-)
 
-_engine: Engine | None = None
-_engine_pid: int | None = None
+_conn: Connection | None = None
+_conn_pid: int | None = None
 
 
-def engine() -> Engine:
-    """One engine per worker process, made after the fork."""
-    global _engine, _engine_pid
-    if _engine is None or _engine_pid != os.getpid():
-        _engine = create_engine(os.environ["DATABASE_URL"], pool_pre_ping=True)
-        _engine_pid = os.getpid()
-    return _engine
+def connection() -> Connection:
+    """One autocommit connection per worker process, made after the fork and kept."""
+    global _conn, _conn_pid
+    if _conn is None or _conn_pid != os.getpid():
+        engine = create_engine(os.environ["DATABASE_URL"], hide_parameters=True)
+        _conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        _conn_pid = os.getpid()
+    return _conn
 
 
 @huey.task(name="bench.noop")
@@ -68,13 +74,11 @@ def noop(run_id: int, unit_id: int, token: str, horizon: float) -> None:
 
 @huey.task(name="bench.transactions")
 def transactions(run_id: int, unit_id: int, token: str, horizon: float) -> None:
-    db = engine()
-    with db.begin() as conn:
-        claimed = conn.execute(GATE, {"unit_id": unit_id, "token": token}).first()
+    conn = connection()
+    params = {"unit_id": unit_id, "token": token, "run_id": run_id}
+    with conn.begin():
+        claimed = conn.execute(GATE, params).first()
     if claimed is None:
         return
-    with db.begin() as conn:
-        conn.execute(COMPLETE, {"unit_id": unit_id, "token": token})
-    with db.connect() as conn:
-        conn.execute(ACTIVE_CHECK, {"run_id": run_id}).first()
-        conn.rollback()
+    with conn.begin():
+        conn.execute(COMPLETE_AND_LOOK, params).one()

@@ -23,11 +23,11 @@ from typing import Any
 
 from sqlalchemy import func, select, text
 
-from bench.support import (
+from harness import (
     ProcessPool,
     build_app,
-    consumer_env,
     ensure_postgres_database,
+    process_env,
     reset_postgres_schema,
 )
 
@@ -90,7 +90,7 @@ def run(quick: bool = False) -> dict:
         }
     )
     app.instance_path = str(workdir)
-    pool = ProcessPool(consumer_env(app, LLM_DRIVER="fake", LOG_LEVEL="WARNING"), workdir / "logs")
+    pool = ProcessPool(process_env(app, LLM_DRIVER="fake", LOG_LEVEL="WARNING"), workdir / "logs")
     try:
         with app.app_context():
             _reset(db)
@@ -98,7 +98,7 @@ def run(quick: bool = False) -> dict:
             db.session.add(Tenant(id=1, name="Bench"))
             db.session.commit()
             for _ in range(CONSUMERS):
-                pool.start(consumer_command("builder", workers=1), name="builder")
+                pool.spawn(consumer_command("builder", workers=1), name="builder")
             # Warm-up: every consumer has booted once this small run has finished.
             warm = service.start(1, "Warm-up", lessons=2, quizzes=2, concurrency=CONSUMERS)
             _wait_finished(warm, timeout=60)

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, event, text
 
-from bench.support import build_app, ensure_postgres_database
+from harness import build_app, ensure_postgres_database
 
 DATABASE_URL = os.environ.get(
     "BENCH_OPS_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/bench_ops"

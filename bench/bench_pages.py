@@ -10,7 +10,9 @@ running too, some with units pending since long ago.
 Each page is requested 50 times through the Flask test client, signed in, and
 timed around the request (routing, permission check, queries, template): the
 run list (first page, and a page 5,000 runs deep), the detail of the
-100,000-unit run, the stale units across runs and the run's error groups.
+100,000-unit run, the stale units across runs, the run's error groups and the
+overview strip (units finished per minute and per hour over the last day). Every
+page also draws the navigation's attention badges.
 
 Database ``BENCH_PAGES_DATABASE_URL`` (default ``…/bench_pages``, created and
 reset by the benchmark). Run alone: ``python -m bench.bench_pages [--quick]``;
@@ -30,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from bench.support import build_app, ensure_postgres_database
+from harness import build_app, ensure_postgres_database, reset_postgres_schema
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_pages"
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_pages.json"
@@ -40,14 +42,6 @@ TYPES = (
     "documents.forward_to_provider",
     "reports.nightly_export",
 )
-
-
-def reset(url: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    engine.dispose()
 
 
 def fill(conn, runs: int, units: int, big: int) -> None:
@@ -155,7 +149,44 @@ def fill(conn, runs: int, units: int, big: int) -> None:
         FROM generate_series(1, 5000) AS i
     """)
     )
+    fill_console(conn, runs)
     conn.execute(text("ANALYZE"))
+
+
+CONSUMERS = 12
+TENANTS = 5_000
+
+
+def fill_console(conn, runs: int) -> None:
+    """Tenants with names, and consumers on six hosts whose workers run units of run 1."""
+    conn.execute(
+        text("""
+        INSERT INTO tenants (name, status, status_changed_at, created_at)
+        SELECT CASE WHEN t = 4711 THEN 'Acme Corporation' ELSE 'Tenant ' || t || ' GmbH' END,
+               CASE WHEN t % 50 = 0 THEN 'closed' ELSE 'active' END, now(), now()
+        FROM generate_series(1, :tenants) AS t
+    """),
+        {"tenants": TENANTS},
+    )
+    conn.execute(
+        text("""
+        INSERT INTO consumers (id, host, pid, queues, worker_type, workers, started_at,
+            heartbeat_at, running)
+        SELECT 'worker-' || (c % 6) || ':' || (1000 + c) || '\\:1', 'worker-' || (c % 6),
+               1000 + c, CASE WHEN c % 3 = 0 THEN '["builder"]' ELSE '["tasks"]' END::json,
+               'process', 8, now() - interval '2 hours',
+               CASE WHEN c = 1 THEN now() - interval '5 minutes' ELSE now() END,
+               (SELECT json_agg(json_build_object(
+                    'pid', 2000 + c * 10 + w, 'thread', 1, 'task', 'taskrunner.run_unit',
+                    'task_id', 'u' || u.id || '.' || md5(u.id::text),
+                    'since', to_char(now() - interval '7 seconds',
+                                     'YYYY-MM-DD"T"HH24\\:MI\\:SS"Z"')))
+                FROM generate_series(1, 8) AS w
+                JOIN task_run_units AS u ON u.id = 95 + c * 100 + w)
+        FROM generate_series(1, :consumers) AS c
+    """),
+        {"consumers": CONSUMERS},
+    )
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -176,7 +207,7 @@ class PagesBench:
 
     def measure(self) -> dict[str, Any]:
         ensure_postgres_database(self.url)
-        reset(self.url)
+        reset_postgres_schema(self.url)
         folder = tempfile.mkdtemp(prefix="bench-pages-")
         app = build_app(
             {
@@ -201,6 +232,11 @@ class PagesBench:
             from taskrunner.ledger import ledger
 
             create_user("bench@example.com", "bench password", PERMISSIONS)
+            # What the periodic task does every minute: the per-minute roll-up of the
+            # last 25 hours, 85,000 units of the big run among them (timed: its cost).
+            rolled = time.perf_counter()
+            ledger.roll_throughput()
+            roll_ms = (time.perf_counter() - rolled) * 1000
             big_uuid = ledger.session.execute(
                 text("SELECT uuid FROM task_runs WHERE id = 1")
             ).scalar_one()
@@ -230,8 +266,35 @@ class PagesBench:
             ),
             ("API run list, first page", "/api/v1/backoffice/task-runs", 50),
             ("API run detail, big run", f"/api/v1/backoffice/task-runs/{big_uuid}", 100),
+            (f"workers, {CONSUMERS} consumers × 8 busy workers", "/backoffice/workers", 50),
+            ("queues", "/backoffice/queues", 50),
+            ("API queues", "/api/v1/backoffice/queues", 50),
+            (
+                "search, run uuid prefix in upper case",
+                f"/backoffice/search?q={deep_cursor[:8].upper()}",
+                100,
+            ),
+            ("search, tenant name", "/backoffice/search?q=acme", 100),
+            ("search, unit key prefix", "/backoffice/search?q=tenant-4711:", 100),
+            ("search, error text", "/backoffice/search?q=billing+address", 100),
         ]
+        # The console's throughput strip alone: every unit finished in the last 24 h
+        # (the big run's 85 % and the last day's runs), grouped per minute.
+        pages.append(("overview strip, units per minute and hour", "/backoffice/overview", 50))
         figures = []
+        # The strip's first read after a quiet day rolls up the day's settled minutes
+        # once (every later read finds them stored): one sample, before any other page.
+        began = time.perf_counter()
+        assert client.get("/backoffice/overview").status_code == 200
+        figures.append(
+            {
+                "name": "overview strip, first read (rolls up 24 h of units)",
+                "value": round((time.perf_counter() - began) * 1000, 1),
+                "unit": "ms",
+                "target": "",
+                "ok": None,
+            }
+        )
         for name, path, target in pages:
             samples = self.time_page(client, path)
             figures.append(
@@ -252,6 +315,15 @@ class PagesBench:
                     "ok": None,
                 }
             )
+        figures.append(
+            {
+                "name": "per-minute roll-up of 25 h (periodic, once a minute)",
+                "value": round(roll_ms, 1),
+                "unit": "ms",
+                "target": "",
+                "ok": None,
+            }
+        )
         notes = (
             f"PostgreSQL, {self.runs:,} runs / {self.units:,} units (filled in "
             f"{fill_seconds:.1f} s); {self.requests} signed-in requests per page through "

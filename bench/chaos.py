@@ -34,15 +34,15 @@ from flask import Flask
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from bench.support import (
-    ProcessPool,
-    build_app,
-    consumer_env,
-    ensure_postgres_database,
-    reset_postgres_schema,
-)
 from diagnostics.effects import TYPE, effect_summary
 from extensions import db
+from harness import (
+    ProcessPool,
+    build_app,
+    ensure_postgres_database,
+    process_env,
+    reset_postgres_schema,
+)
 from taskrunner import runner
 from taskrunner.contract import TERMINAL_RUN, RunStatus
 from taskrunner.ledger import ledger
@@ -197,7 +197,7 @@ class ChaosRun:
     ) -> None:
         self.app = app
         self.plan = plan
-        self.pool = ProcessPool(env or consumer_env(app), log_dir)
+        self.pool = ProcessPool(env or process_env(app), log_dir)
         self.random = random.Random(plan.seed)
         self.huey = app.extensions["queues"].huey("tasks")
         self.redis = app.config["QUEUE_DRIVER"] == "redis"
@@ -247,7 +247,7 @@ class ChaosRun:
                 raise TimeoutError(f"run {run_uuid} not completed after {plan.timeout:g} s")
             try:
                 run = self._fresh_run(run_uuid)
-                counts = ledger.unit_counts(run)
+                counts = ledger.run_counts(run)
                 db.session.rollback()
             except DBAPIError:
                 db.session.rollback()
@@ -287,7 +287,7 @@ class ChaosRun:
 
     def _start_consumer(self) -> subprocess.Popen:
         self.report.consumers_started += 1
-        process = self.pool.start(self.command, name="consumer")
+        process = self.pool.spawn(self.command, name="consumer")
         self._born[process.pid] = time.monotonic()
         return process
 
@@ -351,7 +351,7 @@ class ChaosRun:
         self._invoke("tasks", "detect-stuck")
         self.report.sweeps += 1
         run = self._fresh_run(run_uuid)
-        stale = ledger.units_of(run, stale_only=True, limit=counts["total"])
+        stale = ledger.run_units_page(run, stale_only=True, limit=counts["total"]).items
         db.session.rollback()
         self.report.lost_found.update(unit["stale_reason"] for unit in stale)
         self._invoke("tasks", "retry", run_uuid)
@@ -386,7 +386,7 @@ class ChaosRun:
             "failed": run.units_failed,
             "skipped": run.units_skipped,
         }
-        units = ledger.units_of(run, limit=report.units + 1)
+        units = ledger.run_units_page(run, limit=report.units + 1).items
         report.ledger_units = len(units)
         report.ledger_keys = len({u["unit_key"] for u in units})
         report.ledger_status = Counter(u["status"] for u in units)

@@ -7,7 +7,8 @@ the run that measured it), and writes ``bench/results.json`` and ``bench/RESULTS
 A module that is missing, fails to import or raises is recorded with its error and
 the others still run.
 
-Usage: ``python -m bench.run [--quick] [--repeat N] [--only NAME ...]``.
+Usage: ``python -m bench.run [--quick] [--repeat N] [--only NAME ...]``. With ``--only``
+the other modules' sections of the last report are kept as they were.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results.json"
 RESULTS_MD = HERE / "RESULTS.md"
 # Benchmarks the project expects; a missing one is reported, not silently skipped.
-EXPECTED = ("bench_runner", "bench_pages", "bench_builder")
+EXPECTED = ("bench_runner", "bench_throughput", "bench_pages", "bench_builder")
 
 
 def discover() -> list[str]:
@@ -91,6 +92,21 @@ def _all_same(items: list[dict[str, Any]]) -> bool | None:
     return verdicts.pop() if len(verdicts) == 1 else None
 
 
+def kept_modules(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--only``: the modules just measured, in the report's order among the others kept
+    from the last report (each keeps the date it was measured on)."""
+    try:
+        previous = json.loads(RESULTS_JSON.read_text())
+    except (OSError, ValueError):
+        return measured
+    fresh = {entry["module"]: entry for entry in measured}
+    merged = []
+    for entry in previous.get("modules", []):
+        entry.setdefault("date", previous.get("environment", {}).get("date", "-"))
+        merged.append(fresh.pop(entry["module"], entry))
+    return merged + list(fresh.values())
+
+
 def environment() -> dict[str, Any]:
     def version(package: str) -> str:
         try:
@@ -143,7 +159,9 @@ def _server_version(server: str) -> str:
             from sqlalchemy import create_engine, text
 
             from bench.bench_runner import DATABASE_URL
+            from harness import ensure_postgres_database
 
+            ensure_postgres_database(DATABASE_URL)  # asked before any benchmark made it
             engine = create_engine(DATABASE_URL)
             with engine.connect() as conn:
                 value = conn.execute(text("SHOW server_version")).scalar_one()
@@ -189,6 +207,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for entry in report["modules"]:
         lines += [f"## {entry['module']}", ""]
+        if entry.get("date") and entry["date"] != env["date"]:
+            lines += [f"(measured on {entry['date']}, by an earlier run)", ""]
         if "error" in entry:
             lines += [f"**Not measured**: {entry['error']}", ""]
         if entry.get("figures"):
@@ -223,7 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         "modules": [],
     }
     for name in args.only or discover():
-        report["modules"].append(run_module(name, args.quick, args.repeat))
+        entry = run_module(name, args.quick, args.repeat)
+        entry["date"] = report["environment"]["date"]
+        report["modules"].append(entry)
+    if args.only:
+        report["modules"] = kept_modules(report["modules"])
     RESULTS_JSON.write_text(json.dumps(report, indent=2, default=str) + "\n")
     RESULTS_MD.write_text(markdown(report))
     print(markdown(report))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from flask import abort, request
 
-from taskrunner.queries import RUN_STATUSES, UNIT_STATUSES, is_uuid
+from security.echo import echo
+from taskrunner.contract import operations
 
 MAX_TEXT = 191
 BIGINT = 2**63 - 1
@@ -18,43 +19,51 @@ def _clean(value: str) -> str:
 
 
 def text(name: str, max_length: int = MAX_TEXT) -> str | None:
-    value = request.args.get(name, "").strip()
-    if not value:
-        return None
-    if len(value) > max_length:
+    """The parameter with surrounding spaces trimmed; blank is absent.
+
+    Length and control characters are checked on the value as sent, before trimming,
+    as the OpenAPI documents describe it.
+    """
+    raw = request.args.get(name, "")
+    if len(raw) > max_length:
         abort(400, description=f"{name} is longer than {max_length} characters")
-    return _clean(value)
+    return _clean(raw).strip() or None
 
 
 def choice(name: str, allowed: tuple[str, ...]) -> str | None:
     value = text(name)
     if value is not None and value not in allowed:
-        abort(400, description=f"unknown {name} {value!r}; one of: {', '.join(allowed)}")
+        abort(400, description=f"unknown {name} {echo(value)}; one of: {', '.join(allowed)}")
     return value
 
 
 def run_status() -> str | None:
-    return choice("status", RUN_STATUSES)
+    return choice("status", operations.RUN_STATUSES)
 
 
 def unit_status(name: str = "unit_status") -> str | None:
-    return choice(name, UNIT_STATUSES)
+    return choice(name, operations.UNIT_STATUSES)
+
+
+def _digits(raw: str, most: int) -> bool:
+    # As sent, untrimmed: what a document's "integer" admits; no 4,000-digit int() either.
+    return raw.isascii() and raw.isdigit() and len(raw) <= 19 and int(raw) <= most
 
 
 def limit(default: int = 50, maximum: int = 200) -> int:
-    raw = request.args.get("limit", "").strip()
+    raw = request.args.get("limit", "")
     if not raw:
         return default
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= maximum:
+    if not _digits(raw, maximum) or int(raw) < 1:
         abort(400, description=f"limit must be a whole number from 1 to {maximum}")
     return int(raw)
 
 
 def tenant(name: str = "tenant") -> int | None:
-    raw = request.args.get(name, "").strip()
+    raw = request.args.get(name, "")
     if not raw:
         return None
-    if not raw.isascii() or not raw.isdigit() or int(raw) > BIGINT:
+    if not _digits(raw, BIGINT):
         abort(400, description=f"{name} must be a tenant id (a whole number)")
     return int(raw)
 
@@ -64,9 +73,11 @@ def cursor(name: str = "cursor") -> str | None:
 
 
 def run_uuid_or_404(value: str) -> str:
-    if not is_uuid(value):
+    """The uuid in its stored (lower-case) form: a uuid pasted in capitals is the same run."""
+    lowered = value.lower()
+    if not operations.is_uuid(lowered):
         abort(404, description="no such run")
-    return value
+    return lowered
 
 
 def unit_key_or_404(value: str) -> str:

@@ -1,17 +1,26 @@
-"""What every page shares: time filters, security headers, error pages.
+"""What every page shares: time filters, security headers, error pages, JSON bodies.
 
-Error pages render as JSON under ``/api/`` and as HTML elsewhere; the message
-is always escaped by Jinja (autoescape) or JSON encoding, never interpolated raw.
+Errors are problem bodies (``blueprints.problems``) under ``/api/`` and HTML pages
+elsewhere; the message is always escaped by Jinja (autoescape) or JSON encoding,
+never interpolated raw. Nothing shown to a signed-in operator is stored by a browser
+or a proxy cache (``Cache-Control: no-store`` on every response to them, error pages
+included).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
-from flask import Flask, Response, jsonify, render_template, request
+from flask import Flask, Response, current_app, render_template, request
+from flask.json.provider import DefaultJSONProvider
+from flask_login import current_user
 from flask_wtf.csrf import CSRFError
 from werkzeug.exceptions import HTTPException
 
+from blueprints.problems import problem, wants_problem
 from database import utcnow
 from extensions import db
 
@@ -36,6 +45,8 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
 }
+
+PRIVATE_PATHS = ("/backoffice", "/builder", "/api/", "/login")
 
 
 def _parse(value: datetime | str | None) -> datetime | None:
@@ -80,11 +91,19 @@ def iso_time(value: datetime | str | None) -> str:
     return moment.isoformat(timespec="seconds") + "Z" if moment else ""
 
 
-def duration(start: datetime | str | None, end: datetime | str | None = None) -> str:
+def duration(
+    start: datetime | str | None, end: datetime | str | None = None, idle: float = 0
+) -> str:
+    """Time from ``start`` to ``end`` (or now), less ``idle`` seconds (closed, awaiting a retry)."""
     begin = _parse(start)
     if begin is None:
         return "—"
-    seconds = int(((_parse(end) or utcnow()) - begin).total_seconds())
+    return span(((_parse(end) or utcnow()) - begin).total_seconds() - idle)
+
+
+def span(seconds: float) -> str:
+    """'42s', '3m 05s', '2h 10m'."""
+    seconds = max(0, int(seconds))
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
@@ -92,30 +111,94 @@ def duration(start: datetime | str | None, end: datetime | str | None = None) ->
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
 
 
-def wants_json() -> bool:
-    return request.path.startswith("/api/")
+def plain_json(value: Any) -> str:
+    """JSON as an operator reads it: "—" stays "—", never "\\u2014" (autoescaped by Jinja)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def error_response(status: int, title: str, message: str) -> tuple[Response | str, int]:
-    if wants_json():
-        return jsonify(error=message), status
-    return render_template("error.html", status=status, title=title, message=message), status
+def thousands(n: int | None) -> str:
+    return "0" if n is None else f"{n:,}"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """'1 unit', '1,580 units': the count with a thousands separator and the right form."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+def error_response(
+    status: int, title: str, message: str, headers: dict[str, str] | None = None
+) -> Response | tuple[str, int, dict[str, str]]:
+    if wants_problem():
+        return problem(status, message, headers=headers)
+    page = render_template("error.html", status=status, title=title, message=message)
+    return page, status, headers or {}
+
+
+class BoundedJSONProvider(DefaultJSONProvider):
+    """JSON whose nesting is too deep for the parser is malformed JSON, not a crash.
+
+    Python's parser answers ``[`` × 1,100 with a RecursionError, which
+    ``request.get_json`` does not treat as bad input; as a ValueError it becomes a 400.
+    """
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        try:
+            return super().loads(s, **kwargs)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
 
 
 def _security_headers(response: Response) -> Response:
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
-    if request.path.startswith(("/backoffice", "/api/", "/login")):
-        response.headers.setdefault("Cache-Control", "no-store")
+    hsts = current_app.config.get("HSTS_SECONDS")
+    if hsts:
+        response.headers.setdefault("Strict-Transport-Security", f"max-age={hsts}")
+    if request.path.startswith(PRIVATE_PATHS) or current_user.is_authenticated:
+        response.headers["Cache-Control"] = "no-store"
     return response
 
 
+def age(seconds: int | float | None) -> str:
+    """A duration in seconds as an operator reads it: ``45 s``, ``3 min 20 s``, ``2 h 5 min``."""
+    if seconds is None:
+        return "—"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def tenant_names(ids: Iterable[Any]) -> dict[int, str]:
+    """Tenant names of these ids, read once per request for all the ids a page shows."""
+    from flask import g
+
+    from tenancy.services import names
+
+    known: dict[int, str | None] = g.setdefault("tenant_names", {})
+    wanted = {int(i) for i in ids if i is not None}
+    missing = wanted - known.keys()
+    if missing:
+        found = names(missing)
+        known.update({i: found.get(i) for i in missing})
+    return {i: name for i in wanted if (name := known.get(i))}
+
+
 def init_app(app: Flask) -> None:
+    app.json = BoundedJSONProvider(app)
+    app.add_template_global(tenant_names, "tenant_names")
     app.after_request(_security_headers)
     app.add_template_filter(relative_time, "reltime")
+    app.add_template_filter(age, "age")
     app.add_template_filter(absolute_time, "abstime")
     app.add_template_filter(iso_time, "isotime")
     app.add_template_global(duration, "duration")
+    app.add_template_global(span, "span")
+    app.add_template_filter(thousands, "thousands")
+    app.add_template_filter(plain_json, "plainjson")
+    app.add_template_global(plural, "plural")
 
     @app.errorhandler(CSRFError)
     def _csrf(exc: CSRFError):
@@ -128,7 +211,9 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):
-        return error_response(exc.code or 500, exc.name, exc.description or exc.name)
+        # Keep what the exception says besides its body: Allow on a 405, Retry-After on a 429.
+        headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+        return error_response(exc.code or 500, exc.name, exc.description or exc.name, headers)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

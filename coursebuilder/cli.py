@@ -64,7 +64,7 @@ def start_command(tenant_id: int, title: str, quizzes: int, lessons: int, concur
 def status_command(run_uuid: str, as_json: bool) -> None:
     """One run: its stages, their steps and the events."""
     try:
-        run = reports.find_run(run_uuid)
+        run = service.find_run(run_uuid)
     except service.UnknownRun as exc:
         refuse(str(exc))
     status = reports.run_status(run)
@@ -85,3 +85,17 @@ def status_command(run_uuid: str, as_json: bool) -> None:
             f"{steps['running']} running, {steps['failed']} failed"
             f"  opened {stage['opened_at'] or '-'}  closed {stage['closed_at'] or '-'}"
         )
+
+
+@builder_cli.command("retry")
+@click.argument("run_uuid")
+def retry_command(run_uuid: str) -> None:
+    """Resume a failed run from its failed stage; print its uuid on the last line."""
+    try:
+        stage, steps = service.retry(run_uuid, actor="cli")
+    except service.BuilderError as exc:
+        refuse(str(exc))
+    click.echo(
+        f"retrying stage {stage}: {steps} step{'' if steps == 1 else 's'} queued again", err=True
+    )
+    click.echo(service.find_run(run_uuid).uuid)

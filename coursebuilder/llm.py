@@ -19,7 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from taskrunner.contract import register_domain_error
 
+
+@register_domain_error
 class LLMError(Exception):
     """A language-model call failed; the message is safe to show an operator."""
 

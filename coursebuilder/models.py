@@ -32,6 +32,8 @@ class StepStatus:
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    # Not run because its build failed first; a retry makes it pending again.
+    SKIPPED = "skipped"
 
 
 IN_FLIGHT = (StepStatus.QUEUED, StepStatus.RUNNING)
@@ -42,6 +44,8 @@ class EventKind:
     STAGE_OPENED = "STAGE_OPENED"
     STAGE_CLOSED = "STAGE_CLOSED"
     STEP_FINISHED = "STEP_FINISHED"
+    STEP_FAILED = "STEP_FAILED"
+    RUN_RETRIED = "RUN_RETRIED"
     RUN_FINISHED = "RUN_FINISHED"
 
 

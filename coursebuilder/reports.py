@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid as uuidlib
 from datetime import datetime
 from typing import Any
 
@@ -16,30 +15,16 @@ from coursebuilder.models import (
     GenerationStep,
     StepStatus,
 )
-from coursebuilder.service import UnknownRun, plan
+from coursebuilder.service import plan
 from extensions import db
 
-COUNTED = ("pending", "running", "completed", "failed")
+COUNTED = ("pending", "running", "completed", "failed", "skipped")
 # A claimed step waiting in the queue has not started: it is shown as pending.
 SHOWN_AS = {StepStatus.QUEUED: StepStatus.PENDING}
 
 
 def iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="milliseconds") + "Z" if value else None
-
-
-def find_run(run_uuid: str) -> GenerationRun:
-    """The run with this uuid; ``UnknownRun`` for a malformed or unknown one."""
-    try:
-        canonical = str(uuidlib.UUID(run_uuid))
-    except (ValueError, AttributeError, TypeError):
-        raise UnknownRun(f"no builder run {run_uuid!r}") from None
-    run = db.session.execute(
-        select(GenerationRun).where(GenerationRun.uuid == canonical)
-    ).scalar_one_or_none()
-    if run is None:
-        raise UnknownRun(f"no builder run {run_uuid!r}")
-    return run
 
 
 def run_status(run: GenerationRun) -> dict[str, Any]:
@@ -119,3 +104,18 @@ def recent_runs(limit: int = 50, before_id: int | None = None) -> list[Generatio
     if before_id is not None:
         stmt = stmt.where(GenerationRun.id < before_id)
     return list(db.session.execute(stmt).scalars())
+
+
+def retryable_steps(run: GenerationRun) -> int:
+    """Steps a retry would queue again: the failed stage's failed and not-run ones."""
+    if run.status != "failed":
+        return 0
+    return db.session.execute(
+        select(func.count()).where(
+            GenerationStep.run_id == run.id,
+            GenerationStep.stage == run.stage,
+            GenerationStep.status.in_(
+                (StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.PENDING, StepStatus.QUEUED)
+            ),
+        )
+    ).scalar_one()

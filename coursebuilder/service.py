@@ -21,6 +21,7 @@ run's ``concurrency``.
 from __future__ import annotations
 
 import logging
+import uuid as uuidlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,10 +29,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
+from huey import signals
 from huey.exceptions import TaskTimeout
 from sqlalchemy import func, select, update
 
-from coursebuilder import live
 from coursebuilder.llm import Prompt, driver_for
 from coursebuilder.models import (
     FINISHED_STAGE,
@@ -47,7 +48,15 @@ from coursebuilder.models import (
 )
 from database import is_sqlite, utcnow, write_transaction
 from extensions import db
-from taskrunner.redaction import redact
+from live import topics as live
+from taskrunner.contract import (
+    bounded,
+    job,
+    on_signal,
+    raise_if_stopping,
+    redact,
+    register_domain_error,
+)
 from tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -64,6 +73,12 @@ MAX_CONCURRENCY = 32
 MAX_ID = 2**63 - 1
 
 
+def live_topic(run_uuid: str) -> str:
+    """The live topic a run's page follows; bumped after every commit that changed the run."""
+    return f"builder.run:{run_uuid}"
+
+
+@register_domain_error
 class BuilderError(Exception):
     """A course-builder request that cannot be carried out; the message is for the operator."""
 
@@ -83,6 +98,32 @@ class Transition:
     closed: list[str] = field(default_factory=list)
     opened: str | None = None
     finished: bool = False
+
+
+def find_run(run_uuid: str) -> GenerationRun:
+    """The run with this uuid; ``UnknownRun`` for a malformed or unknown one."""
+    try:
+        canonical = str(uuidlib.UUID(run_uuid))
+    except (ValueError, AttributeError, TypeError):
+        raise UnknownRun(f"no builder run {run_uuid!r}") from None
+    run = db.session.execute(
+        select(GenerationRun).where(GenerationRun.uuid == canonical)
+    ).scalar_one_or_none()
+    if run is None:
+        raise UnknownRun(f"no builder run {run_uuid!r}")
+    return run
+
+
+def run_state(run_id: int) -> tuple[str, str]:
+    """A run's status and stage, read without keeping a transaction (a live stream sleeps
+    between reads, and must hold no connection meanwhile)."""
+    try:
+        row = db.session.execute(
+            select(GenerationRun.status, GenerationRun.stage).where(GenerationRun.id == run_id)
+        ).one()
+    finally:
+        db.session.rollback()
+    return row.status, row.stage
 
 
 def plan(stage: str, options: dict[str, Any]) -> list[str]:
@@ -252,7 +293,7 @@ def _after_commit(
             reason = f"dispatch failed: {redact(exc)}"
             _fail_run(run_id, None, reason)
             raise DispatchError(f"run {run_uuid} failed: {reason}") from exc
-    live.bump(run_uuid)
+    live.bump(live_topic(run_uuid))
     if transition is None:
         return
     for stage in transition.closed:
@@ -269,11 +310,8 @@ def _after_commit(
 
 
 def _enqueue_steps(step_ids: list[int]) -> None:
-    from tasks.queues import queues
-
-    step_job = queues().task(STEP_JOB)
     for step_id in step_ids:
-        step_job(step_id)
+        run_step.enqueue(step_id)
 
 
 def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
@@ -301,7 +339,7 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
     run_uuid, options = run.uuid, run.options
     prompt = _prompt(run, stage, key)
     db.session.commit()  # no transaction stays open across the model call
-    live.bump(run_uuid)
+    live.bump(live_topic(run_uuid))
     try:
         text = driver_for(current_app.config, options).complete(prompt)
     except TaskTimeout:
@@ -309,6 +347,7 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
         reason = f"timeout: step ran longer than {timeout} s"
         logger.warning("Builder run %s: step %s/%s timed out", run_uuid, stage, key)
     except Exception as exc:
+        raise_if_stopping(exc)
         db.session.rollback()
         reason = redact(exc)
         logger.exception("Builder run %s: step %s/%s failed", run_uuid, stage, key)
@@ -339,7 +378,7 @@ def hand_back(step_id: int) -> bool:
     if handed:
         _enqueue_steps([step_id])
         logger.warning("Builder run %s: step %s handed back on shutdown", run_uuid, step_id)
-        live.bump(run_uuid)
+        live.bump(live_topic(run_uuid))
     return handed
 
 
@@ -419,6 +458,7 @@ def _complete_step(
 
 def _fail_run(run_id: int, step_id: int | None, reason: str) -> None:
     """A failed step fails its run, with the redacted reason, under the run lock."""
+    reason = bounded(reason)
     with _locked_run(run_id) as run:
         if run is None:
             return
@@ -429,17 +469,78 @@ def _fail_run(run_id: int, step_id: int | None, reason: str) -> None:
                 step.status = StepStatus.FAILED
                 step.error = reason
                 step.finished_at = now
-                _record(run_id, EventKind.STEP_FINISHED, step.stage, step.key, at=now)
+                _record(run_id, EventKind.STEP_FAILED, step.stage, step.key, at=now)
         failed_now = run.status == RunStatus.RUNNING
         if failed_now:
             run.status = RunStatus.FAILED
             run.failure_reason = reason
             run.finished_at = now
+            # What had not started will not: shown as skipped, never as waiting forever.
+            # A queued step's job finds it no longer queued and does nothing.
+            db.session.execute(
+                update(GenerationStep)
+                .where(
+                    GenerationStep.run_id == run_id,
+                    GenerationStep.status.in_((StepStatus.PENDING, StepStatus.QUEUED)),
+                )
+                .values(status=StepStatus.SKIPPED)
+            )
             _record(run_id, EventKind.RUN_FINISHED, run.stage, at=now)
         run_uuid = run.uuid
-    live.bump(run_uuid)
+    live.bump(live_topic(run_uuid))
     if failed_now:
         logger.warning("Builder run %s failed: %s", run_uuid, reason)
+
+
+def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
+    """Resume a failed run from its failed stage; return (that stage, steps queued again).
+
+    Under the run lock: the stage's failed and skipped steps become pending again
+    (its completed steps keep their output), the run is running again, and the first
+    window is claimed, in one transaction; enqueued after the commit. Stages before
+    it are not run again.
+    """
+    run_id = find_run(run_uuid).id
+    db.session.rollback()
+    with _locked_run(run_id) as run:
+        if run is None or run.status != RunStatus.FAILED:
+            status = run.status if run is not None else "gone"
+            raise BuilderError(f"run {run_uuid} is {status}; only a failed run can be retried")
+        stage = run.stage
+        again = db.session.execute(
+            update(GenerationStep)
+            .where(
+                GenerationStep.run_id == run_id,
+                GenerationStep.stage == stage,
+                GenerationStep.status.in_(
+                    (StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.PENDING, StepStatus.QUEUED)
+                ),
+            )
+            .values(
+                status=StepStatus.PENDING,
+                error=None,
+                queued_at=None,
+                started_at=None,
+                finished_at=None,
+            )
+            .execution_options(synchronize_session=False)
+        ).rowcount
+        # Skipped steps of other stages cannot exist: later stages open only on success.
+        run.status = RunStatus.RUNNING
+        run.failure_reason = None
+        run.finished_at = None
+        _record(run_id, EventKind.RUN_RETRIED, stage)
+        if again:
+            transition, claimed = None, _claim_window(run)
+        else:
+            # Every step of the stage had finished (a dispatch failure after the last one):
+            # the stage closes now and the next one opens.
+            transition = _advance_locked(run)
+            claimed = _claim_window(run)
+        run_uuid = run.uuid
+    logger.info("Builder run %s retried from stage %s by %s", run_uuid, stage, actor)
+    _after_commit(run_id, run_uuid, transition, claimed)
+    return stage, again
 
 
 def _prompt(run: GenerationRun, stage: str, key: str) -> Prompt:
@@ -508,3 +609,25 @@ def _record(
     db.session.add(
         GenerationEvent(run_id=run_id, kind=kind, stage=stage, step=step, at=at or utcnow())
     )
+
+
+# The step job: one language-model step on the ``builder`` queue. A step may run for up
+# to 30 minutes (a slow real model call), so it has its own queue with process workers
+# that enforce the timeout, and one try: a second try would pay for the same call twice.
+@job(
+    STEP_JOB,
+    queue="builder",
+    timeout=STEP_TIMEOUT,
+    retries=0,
+    stuck_after_minutes=STEP_STUCK_AFTER_MINUTES,
+    wants_task=True,
+)
+def run_step(step_id: int, task: Any = None) -> None:
+    execute_step(step_id, timeout=getattr(task, "timeout", None) or STEP_TIMEOUT)
+
+
+@on_signal(signals.SIGNAL_INTERRUPTED)
+def step_handed_back(signal: str, task: Any, queue: str) -> None:
+    """A consumer stopped mid-step (SIGTERM): queue the step again instead of losing it."""
+    if task.name == STEP_JOB:
+        hand_back(task.args[0])

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from flask import Flask
 
-import coursebuilder.jobs  # noqa: F401 - declares the step job on the builder queue
 import coursebuilder.models  # noqa: F401 - the tables, for migrations and the drift test
+import coursebuilder.service  # noqa: F401 - declares the step job on the builder queue
 
 
 def init_app(_app: Flask) -> None:

@@ -1,9 +1,9 @@
 """Fill the embedded database with a backoffice worth looking at.
 
-The finished sweep is driven through the ledger's own transitions (claim, then
-complete or fail with the redacted reason of a real exception), because a real
-statement run does not fail on demand. The running and the cancelled runs are
-real runs of ``diagnostics.probe`` on the configured queue.
+The finished sweep is settled in this process through the ledger's own transitions
+(``operations.settle_here``: claim, then complete or fail with the redacted reason of
+a real exception), because a real statement run does not fail on demand. The running
+and the cancelled runs are real runs of ``diagnostics.probe`` on the configured queue.
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from coursebuilder import service as builder
 from extensions import db
 from payments.statements import TYPE as STATEMENTS
 from payments.statements import StatementError, generate_statement, unit_key
-from taskrunner import runner
-from taskrunner.contract import TaskUnit
-from taskrunner.ledger import ledger
-from taskrunner.redaction import redact
+from taskrunner.contract import TaskUnit, operations, start_run
 from tenancy.models import Tenant
 
 OPERATOR = "operator@example.com"
@@ -108,21 +105,13 @@ def _sweep_outcome(tenant_id: int, period: str) -> None:
 def finished_sweep(period: str) -> str:
     tenants = db.session.execute(select(Tenant.id).order_by(Tenant.id)).scalars().all()
     db.session.rollback()
-    units = [TaskUnit(unit_key(t, period), t) for t in tenants]
-    dispatch = ledger.create_run(STATEMENTS, {"period": period}, "schedule", units, 1000)
-    for unit_id in ledger.dispatch_batch(dispatch, 0, len(units) + 1):
-        claim = ledger.claim(unit_id, dispatch.token)
-        if claim is None:
-            continue
-        try:
-            _sweep_outcome(claim.unit.tenant_id, period)
-        except Exception as exc:
-            db.session.rollback()
-            ledger.fail(claim, redact(exc))
-        else:
-            ledger.complete(claim)
-    ledger.finalize(dispatch.run_id)
-    return dispatch.run_uuid
+    return operations.settle_here(
+        STATEMENTS,
+        {"period": period},
+        "schedule",
+        [TaskUnit(unit_key(t, period), t) for t in tenants],
+        lambda unit: _sweep_outcome(unit.tenant_id, period),
+    )
 
 
 def seed_operator() -> str | None:
@@ -137,10 +126,10 @@ def seed() -> Seeded:
     result = Seeded(tenants=seed_tenants())
     result.runs.append(finished_sweep("2026-09"))
     result.runs.append(finished_sweep("2026-10"))
-    cancelled = runner.start("diagnostics.probe", {"units": 30, "sleep_ms": 1000}, "cli")
-    runner.cancel(cancelled.uuid, runner.Actor("demo", "cli"))
+    cancelled = start_run("diagnostics.probe", {"units": 30, "sleep_ms": 1000}, "cli")
+    operations.cancel(cancelled.uuid, operations.Actor("demo", "cli"))
     result.runs.append(cancelled.uuid)
-    running = runner.start(
+    running = start_run(
         "diagnostics.probe",
         {"units": 40, "sleep_ms": 3000, "fail_every": 9, "vendor_fail_every": 13},
         "cli",

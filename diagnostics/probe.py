@@ -65,3 +65,20 @@ class ProbeTask:
 
     def options(self) -> TaskOptions:
         return TaskOptions(queue="tasks", stuck_after_minutes=30, timeout=600)
+
+
+VENDOR_TYPE = "diagnostics.vendor_probe"
+
+
+class VendorProbeTask(ProbeTask):
+    """The probe as a unit that waits on a vendor: routed to the I/O lane (tasks/routing.py).
+
+    Same context and outcomes as ``diagnostics.probe``; ``sleep_ms`` stands for the
+    vendor's answer time.
+    """
+
+    def type(self) -> str:
+        return VENDOR_TYPE
+
+    def options(self) -> TaskOptions:
+        return TaskOptions(queue="tasks", stuck_after_minutes=30, timeout=120)

@@ -14,7 +14,6 @@ from documents.models import FORWARDED, REJECTED, Document
 from documents.provider import ProviderClient, ProviderRejected
 from extensions import db
 from taskrunner.contract import PermanentError, TaskUnit, tracked_job
-from tasks.queues import queues
 
 FORWARD = "documents.forward_to_provider"
 
@@ -39,7 +38,7 @@ def create_document(tenant_id: int, title: str, body: str = "") -> Document:
 
 def forward(document_uuid: str) -> None:
     """Send a document to the provider in the background (one dispatch, one run)."""
-    queues().task(FORWARD)(document_uuid)
+    forward_to_provider.enqueue(document_uuid)
 
 
 @tracked_job(

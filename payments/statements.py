@@ -16,6 +16,7 @@ from asyncrequests import platform as async_requests
 from database import is_sqlite
 from extensions import db
 from payments.models import Statement
+from security.echo import echo
 from taskrunner.contract import TaskOptions, TaskReportableError, TaskUnit, UnitJob
 from tenancy.context import require_tenant
 from tenancy.models import STANDING, Tenant
@@ -34,7 +35,7 @@ def parse_period(period: str) -> date:
     # fullmatch: "$" would let a trailing newline through, into a seven-character column.
     match = PERIOD.fullmatch(period or "")
     if not match or not 1 <= int(match[1]) <= 9998:
-        raise StatementError(f"period must be YYYY-MM, not {period!r}")
+        raise StatementError(f"period must be YYYY-MM, not {echo(period or '')}")
     return date(int(match[1]), int(match[2]), 1)
 
 

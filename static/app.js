@@ -25,20 +25,10 @@
     }
   }
 
-  // A running run's page reloads itself while it is visible and nobody is typing.
-  function scheduleReload() {
-    var seconds = parseInt(document.body.getAttribute("data-refresh"), 10);
-    if (!seconds) { return; }
-    window.setInterval(function () {
-      var active = document.activeElement;
-      var typing = active && (active.tagName === "INPUT" || active.tagName === "SELECT");
-      if (document.visibilityState === "visible" && !typing) { window.location.reload(); }
-    }, seconds * 1000);
-  }
-
   document.addEventListener("DOMContentLoaded", function () {
     refreshTimes();
     window.setInterval(refreshTimes, 15000);
-    scheduleReload();
+    // Live pages swap parts of themselves in (live.js): their times are fresh ones.
+    document.addEventListener("live:updated", refreshTimes);
   });
 })();

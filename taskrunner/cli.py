@@ -5,20 +5,21 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import asdict
 from typing import Any, NoReturn
 
 import click
 from flask.cli import AppGroup
 
-from taskrunner import runner
-from taskrunner.contract import TERMINAL_RUN, Refused
+from database import iso
+from taskrunner import delivery, operations, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
-from taskrunner.reports import recent_runs, run_detail
+from taskrunner.types import TERMINAL_RUN, Refused
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
-events_cli = AppGroup("events", help="The task-runner event catalog.")
+events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
 
 
 def refuse(message: str) -> NoReturn:
@@ -72,7 +73,7 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
 def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
     """Recent runs, or one run with its counts and failed and stale units."""
     if run_uuid is None:
-        runs = recent_runs(limit=limit)
+        runs = operations.runs_json(operations.runs_page(limit=limit))["runs"]
         if as_json:
             click.echo(json.dumps({"runs": runs}, indent=2))
             return
@@ -88,7 +89,7 @@ def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
     run = ledger.find_run(run_uuid)
     if run is None:
         refuse(f"no run {run_uuid}")
-    detail = run_detail(run)
+    detail = operations.run_report(run)
     if as_json:
         click.echo(json.dumps(detail, indent=2))
         return
@@ -124,15 +125,55 @@ def _print_detail(detail: dict[str, Any]) -> None:
 @tasks_cli.command("retry")
 @click.argument("run_uuid")
 @click.option("--failed-only", is_flag=True, help="Only failed units, not pending or stale ones.")
-def retry_command(run_uuid: str, failed_only: bool) -> None:
+@click.option(
+    "--reason",
+    help="Only the failed units of this error group (its reason as the error groups show it).",
+)
+@click.option("--unit", "units", multiple=True, help="Only this unit (repeatable).")
+def retry_command(
+    run_uuid: str, failed_only: bool, reason: str | None, units: tuple[str, ...]
+) -> None:
     """Re-dispatch a run's failed, pending and stale units as a new dispatch."""
+    if reason is not None and units:
+        raise click.UsageError("give --reason or --unit, not both")
+    if reason is not None and not reason.strip():
+        raise click.UsageError("--reason needs the text of an error group")
     try:
-        count = runner.retry(run_uuid, failed_only=failed_only)
+        count = runner.retry(
+            run_uuid,
+            failed_only=failed_only or reason is not None,
+            reason=reason,
+            unit_keys=list(units) if units else None,
+        )
     except Refused as exc:
         refuse(str(exc))
     except Exception as exc:
         refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"re-dispatched {count} units of run {run_uuid}")
+
+
+@tasks_cli.command("pause")
+@click.argument("type_")
+def pause_command(type_: str) -> None:
+    """Pause a task type: its units stay pending, spending no try, until resumed."""
+    try:
+        paused = runner.pause(type_)
+    except Refused as exc:
+        refuse(str(exc))
+    click.echo(f"task type {type_} " + ("paused" if paused else "was already paused"))
+
+
+@tasks_cli.command("resume")
+@click.argument("type_")
+def resume_command(type_: str) -> None:
+    """Resume a paused task type: the units that waited are dispatched again."""
+    try:
+        count = runner.resume(type_)
+    except Refused as exc:
+        refuse(str(exc))
+    except Exception as exc:
+        refuse(f"dispatch failed: {redact(exc)}")
+    click.echo(f"task type {type_} resumed: {count} waiting units dispatched")
 
 
 @tasks_cli.command("cancel")
@@ -162,6 +203,39 @@ def detect_stuck_command() -> None:
     """Run the stuck sweep once."""
     count = ledger.mark_stuck()
     click.echo(f"{count} units newly stale")
+
+
+@events_cli.command("parked")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+def parked_command(as_json: bool, limit: int) -> None:
+    """List the deliveries parked after a subscriber refused them too often."""
+    parked = delivery.parked(limit=limit)
+    if as_json:
+        rows = [{**asdict(d), "parked_at": iso(d.parked_at)} for d in parked]
+        click.echo(json.dumps({"parked": rows}, indent=2))
+        return
+    for d in parked:
+        click.echo(
+            f"{d.event_id}  {d.name:22} run={d.run_uuid or '-'}  {d.subscriber}  "
+            f"attempts={d.attempts}  {d.last_error or ''}"
+        )
+    click.echo(f"{len(parked)} parked deliveries", err=True)
+
+
+@events_cli.command("redeliver")
+@click.argument("event_ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Every parked delivery.")
+def redeliver_command(event_ids: tuple[str, ...], every: bool) -> None:
+    """Hand parked deliveries of these events (or --all) to their subscribers again now."""
+    if bool(event_ids) == every:
+        raise click.UsageError("give EVENT_ID... or --all")
+    taken, refused = delivery.redeliver_parked(event_ids)
+    if not taken + refused:
+        refuse("no parked delivery" + (f" of {', '.join(event_ids)}" if event_ids else ""))
+    if refused:
+        refuse(f"{refused} of {taken + refused} deliveries refused again, still parked")
+    click.echo(f"re-delivered {taken} parked deliveries")
 
 
 @events_cli.command("catalog")

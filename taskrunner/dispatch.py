@@ -15,11 +15,26 @@ from huey.api import Task
 from huey.signals import SIGNAL_ENQUEUED
 from huey.storage import RedisStorage
 
-from taskrunner.contract import TaskOptions
 from taskrunner.ledger import Dispatch, ledger
-from tasks.queues import queues
+from taskrunner.redaction import register_domain_error
+from taskrunner.types import TaskOptions
+from tasks.queues import QueueConfigError, queues
+from tasks.routing import TYPE_ROUTES
 
 RUN_UNIT = "taskrunner.run_unit"
+
+# A definition naming a queue that does not exist: its message is for the operator.
+register_domain_error(QueueConfigError)
+
+
+def queue_for(type_: str, options: TaskOptions) -> str:
+    """The queue a type's units run on: the routing table's, else the definition's."""
+    extra = current_app.config.get("TASK_RUNNER_TYPE_ROUTES") or ""
+    for entry in filter(None, (item.strip() for item in extra.split(","))):
+        name, _, queue = entry.partition("=")
+        if name.strip() == type_ and queue.strip():
+            return queue.strip()
+    return TYPE_ROUTES.get(type_, options.queue)
 
 
 def task_id(unit_id: int, token: str) -> str:
@@ -31,9 +46,14 @@ def horizon_seconds() -> int:
 
 
 def enqueue_unit(
-    run_id: int, unit_id: int, token: str, options: TaskOptions, horizon: float | None = None
+    run_id: int,
+    unit_id: int,
+    token: str,
+    type_: str,
+    options: TaskOptions,
+    horizon: float | None = None,
 ) -> None:
-    wrapper = queues().task(RUN_UNIT, queue=options.queue)
+    wrapper = queues().task(RUN_UNIT, queue=queue_for(type_, options))
     if horizon is None:
         horizon = time.time() + horizon_seconds()
     wrapper.huey.enqueue(
@@ -42,6 +62,7 @@ def enqueue_unit(
             unit_id,
             token,
             horizon,
+            type_=type_,
             id=task_id(unit_id, token),
             timeout=options.timeout,
             expires=timedelta(seconds=max(1.0, horizon - time.time())),
@@ -53,7 +74,7 @@ def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
     """Enqueue every pending unit holding the dispatch's token; return how many."""
     chunk = current_app.config["TASK_RUNNER_DISPATCH_CHUNK"]
     horizon = time.time() + horizon_seconds()
-    wrapper = queues().task(RUN_UNIT, queue=options.queue)
+    wrapper = queues().task(RUN_UNIT, queue=queue_for(dispatch.type, options))
     huey = wrapper.huey
     expires = timedelta(seconds=horizon_seconds())
     sent, after = 0, 0
@@ -69,6 +90,7 @@ def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
                     unit_id,
                     dispatch.token,
                     horizon,
+                    type_=dispatch.type,
                     id=task_id(unit_id, dispatch.token),
                     timeout=options.timeout,
                     expires=expires,

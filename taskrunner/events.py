@@ -1,19 +1,23 @@
 """Typed task-runner events and their delivery from the outbox.
 
 An event is written to the outbox in the transaction that made its transition
-(see ``ledger``), and delivered after that commit by the process that made it.
-``relay`` delivers what a crashed process left behind. Delivery is at least
-once: subscribers deduplicate on the event ``id``.
+(see ``ledger``), and delivered after that commit by the process that made it
+(``delivery``); the relay delivers what a crashed process left behind and what a
+subscriber refused. Delivery is at least once: subscribers deduplicate on the
+event ``id``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from flask import Flask, current_app
+
+from taskrunner.redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -91,34 +95,63 @@ class UnitStuck(Event):
 CATALOG: tuple[type[Event], ...] = (RunStarted, RunCompleted, RunFailed, UnitFailed, UnitStuck)
 
 Handler = Callable[[Mapping[str, Any]], None]
-_subscribers: dict[str, list[Handler]] = defaultdict(list)
+# Each app's subscribers: event name -> subscriber name -> handler. A subscriber's name
+# keys its delivery state, so it is stable across processes: the handler's qualified
+# name (``#2`` on a repeat).
+SUBSCRIBERS = "taskrunner.subscribers"
+
+
+def init_app(app: Flask) -> None:
+    app.extensions[SUBSCRIBERS] = {}
+
+
+def _subscribers() -> dict[str, dict[str, Handler]]:
+    return current_app.extensions[SUBSCRIBERS]
+
+
+def subscriber_name(handler: Handler) -> str:
+    module = getattr(handler, "__module__", None)
+    qualname = getattr(handler, "__qualname__", None) or type(handler).__qualname__
+    return f"{module}.{qualname}" if module else qualname
 
 
 def subscribe(name: str, handler: Handler) -> None:
     if name not in {e.name for e in CATALOG}:
         raise ValueError(f"unknown event {name!r}")
-    if handler not in _subscribers[name]:
-        _subscribers[name].append(handler)
+    handlers = _subscribers().setdefault(name, {})
+    if handler in handlers.values():
+        return
+    base = key = subscriber_name(handler)
+    repeat = 1
+    while key in handlers:
+        repeat += 1
+        key = f"{base}#{repeat}"
+    handlers[key] = handler
 
 
 def unsubscribe(name: str, handler: Handler) -> None:
-    if handler in _subscribers[name]:
-        _subscribers[name].remove(handler)
+    handlers = _subscribers().get(name, {})
+    for key in [k for k, h in handlers.items() if h == handler]:
+        del handlers[key]
 
 
-def deliver(pending: list[dict[str, Any]]) -> list[str]:
-    """Hand events to their subscribers; return the ids that were delivered."""
-    delivered = []
-    for event in pending:
-        try:
-            for handler in list(_subscribers.get(event["name"], ())):
-                handler(event)
-        except Exception:
-            # Left undelivered: the relay tries again later.
-            logger.exception("Subscriber of %s failed for event %s", event["name"], event["id"])
-        else:
-            delivered.append(event["id"])
-    return delivered
+def subscribers(name: str) -> dict[str, Handler]:
+    return dict(_subscribers().get(name, {}))
+
+
+def hand_over(event: Mapping[str, Any], subscriber: str) -> str | None:
+    """Give one event to one subscriber; None if it took it, else the redacted reason."""
+    handler = _subscribers().get(event["name"], {}).get(subscriber)
+    if handler is None:
+        return f"no subscriber {subscriber} of {event['name']} in this process"
+    try:
+        handler(event)
+    except Exception as exc:
+        logger.exception(
+            "Subscriber %s refused event %s (%s)", subscriber, event["id"], event["name"]
+        )
+        return redact(exc)
+    return None
 
 
 def catalog_markdown() -> str:

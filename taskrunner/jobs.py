@@ -2,73 +2,155 @@
 
 Gate, tenant context, containment, finalization -- SPEC §5. Fleet mode never
 re-raises: one unit's failure never stops the others, also on an inline queue.
+Anything a job raises -- ``SystemExit`` and ``KeyboardInterrupt`` included -- is
+that unit's failure; only the consumer's real stop signal goes on to Huey, which
+hands the unit back (``handed_back``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 
 from flask import current_app
 from huey import signals
-from huey.exceptions import TaskTimeout
+from huey.exceptions import RetryTask, TaskTimeout
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from extensions import db
 from taskrunner import tenant_scope
-from taskrunner.dispatch import RUN_UNIT, enqueue_unit
+from taskrunner.dispatch import RUN_UNIT, enqueue_unit, queue_for
 from taskrunner.heartbeat import heartbeat
-from taskrunner.ledger import ledger
+from taskrunner.ledger import EXPIRED, Claim, ledger
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
+from taskrunner.soft_timeout import soft_timeouts
+from taskrunner.types import TaskDefinition
+from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
 from tasks.routing import job, on_signal
 
 logger = logging.getLogger(__name__)
 
-EXPIRED = "expired: drain horizon exceeded"
+__all__ = ["EXPIRED", "run_unit"]
+
+# The gate is tried again at once after a lost connection (the pool hands out a fresh
+# one), then the job goes back to the queue a little later: it is never dropped for it.
+GATE_PAUSES = (0.0, 0.5)
+GATE_REQUEUE_SECONDS = 5
 
 
 @job(RUN_UNIT, queue=None, timeout=900)
-def run_unit(run_id: int, unit_id: int, token: str, horizon: float) -> None:
-    info = ledger.run_info(run_id)
-    definition = registry.find(info.type)
+def run_unit(
+    run_id: int, unit_id: int, token: str, horizon: float, type_: str | None = None
+) -> None:
     if time.time() > horizon:
         _expire(unit_id, token)
         return
+    # The type travels with the job, so an unthrottled unit costs no read before its gate.
+    definition = registry.find(type_) if type_ else None
     options = definition.options() if definition else None
     if options and options.rate_per_minute:
+        # A duplicated or superseded job must not spend a slot the live ones need.
+        if not ledger.pending_with(unit_id, token):
+            return
         # Raises RateLimitExceeded before the gate: Huey reschedules the job for the
         # next window without consuming a try, and the unit stays pending.
         window = current_app.config["TASK_RUNNER_RATE_WINDOW_SECONDS"]
-        queues().huey(options.queue).rate_limit(
-            f"task-runner.{info.type}", options.rate_per_minute, window
+        queues().huey(queue_for(type_, options)).rate_limit(
+            f"task-runner.{type_}", options.rate_per_minute, window
         ).acquire()
-    claim = ledger.claim(unit_id, token)
+    claim = _claim(unit_id, token)
     if claim is None:
         return  # redelivered, duplicated, superseded or cancelled: not ours
-    reason = None
-    with heartbeat.beating(unit_id):
+    reason = _run_contained(claim)
+    if _settle(claim, reason) is None:
+        # Retried or handed back while this job ran (a partitioned or slow worker): the
+        # unit belongs to a newer dispatch, and this outcome is not recorded.
+        logger.warning(
+            "Unit %s of run %s %s under a superseded dispatch token; outcome ignored",
+            claim.unit.key,
+            claim.run.uuid,
+            "completed" if reason is None else "failed",
+        )
+
+
+def _settle(claim: Claim, reason: str | None) -> bool | None:
+    """Record the outcome; None when this job no longer held the unit.
+
+    A completion is one transaction that also looks for another active unit of the
+    run: only the run's tail pays for ``finalize``. A failure writes its event and
+    always checks.
+    """
+    if reason is None:
+        outcome = ledger.complete_and_look(claim)
+        if not outcome.settled:
+            return None
+        if outcome.maybe_last:
+            ledger.finalize(claim.run.id)
+        return True
+    if not ledger.fail(claim, reason):
+        return None
+    ledger.finalize(claim.run.id)
+    return True
+
+
+def _claim(unit_id: int, token: str) -> Claim | None:
+    for pause in GATE_PAUSES:
+        if pause:
+            time.sleep(pause)  # even a zero sleep yields the processor: not on every unit
+        try:
+            return ledger.claim(unit_id, token)
+        except PoolTimeout:
+            # Every connection of the pool busy for its whole timeout: the job goes back to
+            # the queue like after a lost connection, never dropped with its unit pending.
+            logger.warning("Gate of unit %s found no free database connection", unit_id)
+            break
+        except DBAPIError as exc:
+            raise_if_stopping(exc)  # a stop that landed in the gate's statement
+            if not (
+                isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated
+            ):
+                raise
+            logger.warning("Gate of unit %s met a database error: %s", unit_id, type(exc).__name__)
+    raise RetryTask(f"gate of unit {unit_id} unreachable", delay=GATE_REQUEUE_SECONDS)
+
+
+def _run_contained(claim: Claim) -> str | None:
+    """Run the unit's job; None if it succeeded, else the reason it failed."""
+    info = claim.run
+    definition = registry.find(info.type)
+    with heartbeat.beating(claim.unit_id, claim.token):
         try:
             if definition is None:
                 raise LookupError(f"task type {info.type!r} is not registered")
             unit_job = definition.make_job(claim.unit, info.context)
-            with tenant_scope.tenant(claim.unit.tenant_id):
+            with tenant_scope.tenant(claim.unit.tenant_id), _time_limit(definition):
                 unit_job()
         except TaskTimeout:
             db.session.rollback()
-            reason = f"timeout: ran longer than {options.timeout} s" if options else "timeout"
             logger.warning("Unit %s of run %s timed out", claim.unit.key, info.uuid)
-        except Exception as exc:
+            return f"timeout: ran longer than {definition.options().timeout} s"
+        except BaseException as exc:
+            raise_if_stopping(exc)
             db.session.rollback()
-            reason = redact(exc)
             logger.exception("Unit %s of run %s (%s) failed", claim.unit.key, info.uuid, info.type)
-    settled = ledger.complete(claim) if reason is None else ledger.fail(claim, reason)
-    if settled:
-        ledger.finalize(run_id)
+            return redact(exc)
+    return None
+
+
+def _time_limit(definition: TaskDefinition) -> AbstractContextManager[None]:
+    """A soft timeout on a thread worker (the I/O lane); process workers have a hard one."""
+    if threading.current_thread() is threading.main_thread():
+        return nullcontext()
+    return soft_timeouts.limit(definition.options().timeout)
 
 
 def _expire(unit_id: int, token: str) -> None:
-    run_id = ledger.expire(unit_id, token, EXPIRED)
+    run_id = ledger.expire(unit_id, token)
     if run_id is not None:
         ledger.finalize(run_id)
 
@@ -95,11 +177,12 @@ def handed_back(signal: str, task, queue: str) -> None:
     if task.name != RUN_UNIT:
         return
     run_id, unit_id, token, horizon = task.args
-    new_token = ledger.hand_back(unit_id, token)
-    if new_token is None:
+    handed = ledger.hand_back(unit_id, token)
+    if handed is None:
         ledger.finalize(run_id)
         return
-    definition = registry.find(ledger.run_info(run_id).type)
+    new_token, type_ = handed
+    definition = registry.find(type_)
     if definition is not None:
-        enqueue_unit(run_id, unit_id, new_token, definition.options(), horizon)
+        enqueue_unit(run_id, unit_id, new_token, type_, definition.options(), horizon)
         logger.warning("Unit %s handed back on shutdown as a new job", unit_id)

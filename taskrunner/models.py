@@ -1,4 +1,9 @@
-"""Ledger tables. Only ``taskrunner.ledger`` reads and writes them."""
+"""Ledger tables. Only the ledger (``taskrunner.ledger`` and its delivery state,
+``taskrunner.delivery``) reads and writes them.
+
+Every ledger key is AUTOINCREMENT on SQLite: a plain rowid is reused after the
+newest row is deleted (a prune), and an id that comes back names another run.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from database import utcnow
 from extensions import db
 
 ACTIVE_UNIT = "status IN ('pending', 'running')"
+# Ids never reused on SQLite (PostgreSQL's identity sequences never reuse them either).
+NO_REUSE = {"sqlite_autoincrement": True}
 
 
 def new_uuid() -> str:
@@ -38,12 +45,17 @@ class TaskRun(db.Model):
     created_by: Mapped[str | None] = mapped_column(String(120))
     updated_by: Mapped[str | None] = mapped_column(String(120))
     deleted_at: Mapped[datetime | None]
+    # A single tracked job's Huey task id (also in ``context``): its retries re-find the
+    # run by this unique key, and two first attempts cannot open two runs.
+    dispatch_uuid: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         # Run list: newest first by id (keyset pagination), optionally by type or status.
         Index("ix_task_runs_type_id", "type", "id"),
         Index("ix_task_runs_status_id", "status", "id"),
         Index("ix_task_runs_finished_at", "finished_at"),
+        Index("uq_task_runs_dispatch_uuid", "dispatch_uuid", unique=True),
+        NO_REUSE,
     )
 
 
@@ -91,6 +103,9 @@ class TaskRunUnit(db.Model):
         # History of one unit key or one tenant across runs.
         Index("ix_task_run_units_key", "unit_key", "id"),
         Index("ix_task_run_units_tenant", "tenant_id", "id"),
+        # The console's throughput strip: units finished in the last 24 h.
+        Index("ix_task_run_units_finished", "finished_at", "status"),
+        NO_REUSE,
     )
 
 
@@ -106,7 +121,7 @@ class OperatorAction(db.Model):
     detail: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    __table_args__ = (Index("ix_operator_actions_run", "task_run_id", "id"),)
+    __table_args__ = (Index("ix_operator_actions_run", "task_run_id", "id"), NO_REUSE)
 
 
 class OutboxEvent(db.Model):
@@ -128,4 +143,78 @@ class OutboxEvent(db.Model):
             postgresql_where=text("delivered_at IS NULL"),
             sqlite_where=text("delivered_at IS NULL"),
         ),
+        NO_REUSE,
     )
+
+
+class EventDelivery(db.Model):
+    """One subscriber's delivery of one event that it refused at least once.
+
+    An event is handed to every subscriber once (``task_events.delivered_at``); a
+    subscriber that refuses it gets a row here and retries on its own clock, with
+    backoff, until it takes the event or is parked after too many tries. Subscribers
+    that took the event never see it again, and a refusing one blocks nobody.
+    """
+
+    __tablename__ = "task_event_deliveries"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    event_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("task_events.event_id", ondelete="CASCADE")
+    )
+    subscriber: Mapped[str] = mapped_column(String(191))
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    parked_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    __table_args__ = (
+        Index("uq_task_event_deliveries_event_subscriber", "event_id", "subscriber", unique=True),
+        # The relay's due retries, and the parked list: each a small partial index.
+        Index(
+            "ix_task_event_deliveries_due",
+            "next_attempt_at",
+            postgresql_where=text("parked_at IS NULL"),
+            sqlite_where=text("parked_at IS NULL"),
+        ),
+        Index(
+            "ix_task_event_deliveries_parked",
+            "parked_at",
+            "id",
+            postgresql_where=text("parked_at IS NOT NULL"),
+            sqlite_where=text("parked_at IS NOT NULL"),
+        ),
+        NO_REUSE,
+    )
+
+
+class TaskTypePause(db.Model):
+    """A paused task type: its units stay pending, spending no try and never expiring.
+
+    The gate lets no unit of a paused type through (``ledger.NOT_PAUSED``); resuming
+    re-dispatches the units that waited.
+    """
+
+    __tablename__ = "task_type_pauses"
+
+    type: Mapped[str] = mapped_column(String(120), primary_key=True)
+    paused_at: Mapped[datetime] = mapped_column(default=utcnow)
+    paused_by: Mapped[str] = mapped_column(String(191))
+
+
+class UnitThroughput(db.Model):
+    """Units settled per minute and task type, rolled up from the ledger every minute.
+
+    Counting the units a busy hour settled from the unit rows themselves reads tens of
+    thousands of rows per page view; the periodic roll-up reads each minute once. A row
+    with the empty type marks a minute as rolled (a quiet minute has no other row).
+    """
+
+    __tablename__ = "unit_throughput"
+
+    minute: Mapped[datetime] = mapped_column(primary_key=True)
+    type: Mapped[str] = mapped_column(String(120), primary_key=True)
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,54 +1,90 @@
 """What an exception may leave in the ledger and on events.
 
-A domain error (a ``TaskReportableError``, or any exception class defined in the
-project's own modules) keeps its message, scrubbed and truncated. Anything else
--- driver, framework, HTTP client -- carries SQL, bound values or tokened URLs in
-its message, so only its class name is kept; the full exception goes to the log.
+A domain error keeps its message, scrubbed and truncated. "Domain" is an explicit
+marker, never where a class's file lies (an install puts vendor packages next to
+ours): a ``TaskReportableError``, or a class a module registered with
+``taskrunner.contract.register_domain_error``. Anything else -- driver,
+framework, HTTP client -- carries SQL, bound values or tokened URLs in its
+message, so only its class name is kept, with a short error reference; the full
+exception goes to the log, whose line carries the same reference
+(``security.refs``), so an operator finds that entry.
+
+Every stored reason is cut to ``MAX_LENGTH`` as the last step, after any prefix
+a caller adds (``bounded``), so no stored text can exceed the limit.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from taskrunner.contract import TaskReportableError
+from flask import Flask, current_app, has_app_context
+
+from security.refs import error_ref
+from taskrunner.types import TaskReportableError
 
 MAX_LENGTH = 500
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCRUBBER = "taskrunner.scrubber"
 
-_scrubber: Callable[[str], str] = lambda text: text  # noqa: E731 - pass-through by default
+# Declared by class decorators at import: what a class is does not depend on the app.
+_domain_errors: set[type[BaseException]] = set()
+
+
+def _pass_through(text: str) -> str:
+    return text
+
+
+def init_app(app: Flask) -> None:
+    app.extensions[SCRUBBER] = _pass_through
 
 
 def bind_scrubber(scrubber: Callable[[str], str]) -> None:
-    global _scrubber
-    _scrubber = scrubber
+    """Bind the scrubber of the app in context."""
+    current_app.extensions[SCRUBBER] = scrubber
 
 
 def scrub(text: str) -> str:
-    return _scrubber(text)
+    """``text`` through the scrubber of the app in context; with no app, none was bound."""
+    if not has_app_context():
+        return text
+    return current_app.extensions.get(SCRUBBER, _pass_through)(text)
 
 
-def _defined_in_project(cls: type) -> bool:
-    module = sys.modules.get(cls.__module__)
-    filename = getattr(module, "__file__", None)
-    if not filename:
-        return False
-    path = Path(filename).resolve()
-    if not path.is_relative_to(PROJECT_ROOT):
-        return False
-    relative = path.relative_to(PROJECT_ROOT).parts
-    return not relative or relative[0] not in {".venv", "venv", "site-packages"}
+def register_domain_error(cls: type[BaseException]) -> None:
+    _domain_errors.add(cls)
 
 
 def is_domain_error(exc: BaseException) -> bool:
-    return isinstance(exc, TaskReportableError) or _defined_in_project(type(exc))
+    return isinstance(exc, TaskReportableError) or any(
+        isinstance(exc, cls) for cls in _domain_errors
+    )
+
+
+def bounded(reason: str) -> str:
+    """A reason cut to the stored limit: apply it last, after every prefix."""
+    return reason[:MAX_LENGTH]
 
 
 def redact(exc: BaseException) -> str:
     """The operator-safe reason for ``exc``."""
     if is_domain_error(exc):
         message = str(exc) or type(exc).__name__
-        return scrub(message)[:MAX_LENGTH]
+        return bounded(scrub(message))
     cls = type(exc)
-    return f"unhandled {cls.__module__}.{cls.__qualname__} — see logs"
+    return f"unhandled {cls.__module__}.{cls.__qualname__} — see logs, ref {error_ref(exc)}"
+
+
+# What a stored reason says about a retry (the error groups page and its JSON).
+VENDOR, DOMAIN, EXPIRED_KIND = "vendor", "domain", "expired"
+_VENDOR_PREFIXES = ("unhandled ", "timeout: ", "dispatch failed: unhandled ")
+
+
+def reason_kind(reason: str | None) -> str:
+    """``vendor``: an error of a driver, framework or client (``unhandled … see logs``, a
+    timeout), often transient, worth a retry. ``domain``: the module's own refusal, which
+    a retry meets again until the data changes. ``expired``: never ran in time."""
+    text = reason or ""
+    if text.startswith("expired: "):
+        return EXPIRED_KIND
+    if text.startswith(_VENDOR_PREFIXES) or " — see logs" in text:
+        return VENDOR
+    return DOMAIN

@@ -1,8 +1,20 @@
-"""The registry of task types, filled at app start."""
+"""The registry of task types: one per app, filled at app start.
+
+Each app holds its own (``app.extensions["taskrunner.registry"]``), so two apps in one
+process never see each other's types. ``registry`` is the registry of the app in
+context, for the runner's modules that read it while they work.
+"""
 
 from __future__ import annotations
 
-from taskrunner.contract import Refused, TaskDefinition
+from typing import cast
+
+from flask import Flask, current_app
+from werkzeug.local import LocalProxy
+
+from taskrunner.types import Refused, TaskDefinition
+
+EXTENSION = "taskrunner.registry"
 
 
 class TaskTypeRegistry:
@@ -31,4 +43,17 @@ class TaskTypeRegistry:
         return [self._types[t] for t in self.types()]
 
 
-registry = TaskTypeRegistry()
+def init_app(app: Flask) -> None:
+    app.extensions[EXTENSION] = TaskTypeRegistry()
+
+
+def registry_of(app: Flask) -> TaskTypeRegistry:
+    return app.extensions[EXTENSION]
+
+
+def current_registry() -> TaskTypeRegistry:
+    """The registry of the app in context (outside one: Flask's RuntimeError)."""
+    return registry_of(current_app)
+
+
+registry = cast(TaskTypeRegistry, LocalProxy(current_registry))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskrunner.ledger import iso, ledger
+from database import iso
+from taskrunner.ledger import ErrorGroup, Page, ledger
 from taskrunner.models import TaskRun
-from taskrunner.queries import ErrorGroup, Page
 
 UNIT_LIST_CAP = 100
 
@@ -23,17 +23,20 @@ def run_summary(run: TaskRun, counts: dict[str, int] | None = None) -> dict[str,
     }
 
 
-def run_detail(run: TaskRun, cap: int = UNIT_LIST_CAP) -> dict[str, Any]:
+def run_detail(
+    run: TaskRun,
+    counts: dict[str, int],
+    failed_units: list[dict[str, Any]],
+    stale_units: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One run with its failed and stale units and its events (oldest first)."""
     return {
-        **run_summary(run),
-        "failed_units": ledger.run_units_page(run, status="failed", limit=cap).items,
-        "stale_units": ledger.run_units_page(run, stale_only=True, limit=cap).items,
-        "events": ledger.events_of(run),
+        **run_summary(run, counts),
+        "failed_units": failed_units,
+        "stale_units": stale_units,
+        "events": events,
     }
-
-
-def recent_runs(limit: int = 20, **filters: Any) -> list[dict[str, Any]]:
-    return [run_summary(run) for run in ledger.recent_runs(limit=limit, **filters)]
 
 
 def runs_page(page: Page) -> dict[str, Any]:
@@ -51,6 +54,7 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
         "groups": [
             {
                 "reason": g.reason,
+                "kind": g.kind,
                 "example": g.example,
                 "count": g.count,
                 "tenants": g.tenants,

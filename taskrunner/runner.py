@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
 
 from database import utcnow
 from taskrunner import dispatch as dispatching
-from taskrunner.contract import Refused, RunHandle, RunStatus, TaskDefinition, TaskOptions
 from taskrunner.ledger import Dispatch, PruneReport, ledger
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
+from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition, TaskOptions
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +68,29 @@ def _dispatch_or_settle(dispatch: Dispatch, options: TaskOptions) -> None:
 
 
 def retry(
-    run_uuid: str, failed_only: bool = False, actor: Actor = CLI, stale_only: bool = False
+    run_uuid: str,
+    failed_only: bool = False,
+    actor: Actor = CLI,
+    stale_only: bool = False,
+    reason: str | None = None,
+    unit_keys: list[str] | None = None,
+    now: datetime | None = None,
 ) -> int:
-    """Re-dispatch a run's failed, pending and stale units; return how many."""
+    """Re-dispatch a run's failed, pending and stale units; return how many.
+
+    ``reason`` narrows it to one error group (its failed units), ``unit_keys`` to a
+    selection of units. ``now``: the moment staleness is judged at (default: the clock).
+    """
     dispatch = ledger.reopen_for_retry(
-        run_uuid, failed_only, actor.name, actor.source, actor.address, stale_only=stale_only
+        run_uuid,
+        failed_only,
+        actor.name,
+        actor.source,
+        actor.address,
+        stale_only=stale_only,
+        reason=reason,
+        unit_keys=unit_keys,
+        now=now,
     )
     _dispatch_or_settle(dispatch, registry.get(dispatch.type).options())
     return dispatch.count
@@ -84,7 +102,7 @@ def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     queued, skipped = ledger.cancel(run_uuid, actor.name, actor.source, actor.address)
     definition = registry.find(run.type)
     if definition is not None:
-        dispatching.revoke(queued, definition.options().queue)
+        dispatching.revoke(queued, dispatching.queue_for(run.type, definition.options()))
     return skipped
 
 
@@ -101,16 +119,33 @@ def prune(days: int | None = None, actor: Actor = CLI) -> PruneReport:
     return report
 
 
-def retry_stale(actor: Actor = CLI) -> tuple[int, list[str]]:
+def retry_stale(actor: Actor = CLI, now: datetime | None = None) -> tuple[int, list[str]]:
     """Retry the stale units of every running run; return (units, refusals an operator reads)."""
     retried, refusals = 0, []
-    for run_uuid, type_, _count in ledger.stale_counts_by_run():
+    for run_uuid, type_, _count in ledger.stale_counts_by_run(now):
         if registry.find(type_) is None:
             refusals.append(f"run {run_uuid} ({type_}) is not a registered task type")
             continue
         try:
-            retried += retry(run_uuid, actor=actor, stale_only=True)
+            retried += retry(run_uuid, actor=actor, stale_only=True, now=now)
         except Refused as exc:
             # Another operator or the run itself moved on since the count was read.
             refusals.append(str(exc))
     return retried, refusals
+
+
+def pause(type_: str, actor: Actor = CLI) -> bool:
+    """Pause a registered task type; False if it was paused already."""
+    registry.get(type_)
+    return ledger.pause_type(type_, actor.name, actor.source, actor.address)
+
+
+def resume(type_: str, actor: Actor = CLI) -> int:
+    """Resume a paused type and enqueue the units that waited; return how many."""
+    definition = registry.get(type_)
+    dispatches = ledger.resume_type(type_, actor.name, actor.source, actor.address)
+    if dispatches is None:
+        raise Refused(f"task type {type_} is not paused")
+    for dispatch in dispatches:
+        _dispatch_or_settle(dispatch, definition.options())
+    return sum(d.count for d in dispatches)

@@ -18,24 +18,33 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
+from flask import Flask, current_app
 from huey import signals
 from huey.exceptions import CancelExecution, TaskTimeout
 
 from extensions import db
 from taskrunner import tenant_scope
-from taskrunner.contract import PermanentError, TaskUnit
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
+from taskrunner.types import PermanentError, TaskRunnerError, TaskUnit
+from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
-from tasks.routing import job, on_signal
+from tasks.routing import JobHandle, job, on_signal
 
 logger = logging.getLogger(__name__)
 
-# Job name -> how its unit is derived from the job's arguments.
-_TRACKED: dict[str, Callable[..., TaskUnit]] = {}
+# Job name -> how its unit is derived from the job's arguments: declared when a job
+# module is imported, like the job's route, and adopted by each app built after.
+_DECLARED: dict[str, Callable[..., TaskUnit]] = {}
+TRACKED = "taskrunner.tracked_jobs"
+
+
+def init_app(app: Flask) -> None:
+    """Give ``app`` the tracked jobs declared so far (every job module is imported by now)."""
+    app.extensions[TRACKED] = dict(_DECLARED)
 
 
 def tracked_job(
@@ -48,10 +57,10 @@ def tracked_job(
     retry_delay: int = 0,
     retry_backoff: float = 0,
     initiator: str = "queue",
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+) -> Callable[[Callable[..., Any]], JobHandle]:
     """Declare a Huey job whose executions are recorded on the ledger as type ``name``."""
 
-    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorator(fn: Callable[..., Any]) -> JobHandle:
         @functools.wraps(fn)
         def run(*args: Any, task: Any, **kwargs: Any) -> Any:
             return execute_attempt(
@@ -71,8 +80,9 @@ def tracked_job(
             retry_backoff=retry_backoff,
             wants_task=True,
         )(run)
-        _TRACKED[name] = unit
-        return fn
+        _DECLARED[name] = unit
+        # Enqueued like any job; ``call_local`` runs the body alone, untracked (tests).
+        return JobHandle(name, fn)
 
     return decorator
 
@@ -85,9 +95,10 @@ def execute_attempt(
         logger.info("Dispatch %s of %s already settled; nothing to do", task.id, type_)
         return None
     try:
-        with heartbeat.beating(claim.unit_id), tenant_scope.tenant(unit.tenant_id):
+        with heartbeat.beating(claim.unit_id, claim.token), tenant_scope.tenant(unit.tenant_id):
             result = call()
-    except Exception as exc:
+    except BaseException as exc:
+        raise_if_stopping(exc)
         db.session.rollback()
         reason = (
             f"timeout: ran longer than {task.timeout} s"
@@ -104,7 +115,7 @@ def execute_attempt(
                 reason,
             )
             ledger.release_attempt(claim, reason)
-            raise
+            _raise_to_huey(exc)
         logger.exception(
             "%s (%s) failed for good after %d attempts", type_, unit.key, claim.attempts
         )
@@ -113,16 +124,23 @@ def execute_attempt(
         if task.retries:
             # A permanent error: Huey must not spend the retries that are left.
             raise CancelExecution(retry=False) from exc
-        raise
+        _raise_to_huey(exc)
     if ledger.complete(claim):
         ledger.finalize(claim.run.id)
     return result
 
 
+def _raise_to_huey(exc: BaseException) -> NoReturn:
+    """Let Huey see the failure (and retry): a job's ``SystemExit`` would end the worker."""
+    if isinstance(exc, Exception):
+        raise exc
+    raise TaskRunnerError(f"job raised {type(exc).__name__}") from exc
+
+
 @on_signal(signals.SIGNAL_INTERRUPTED)
 def interrupted(signal: str, task: Any, queue: str) -> None:
     """A consumer stopped mid-attempt: enqueue the same dispatch again, its run re-found."""
-    if task.name not in _TRACKED:
+    if task.name not in current_app.extensions[TRACKED]:
         return
     ledger.release_interrupted_single(task.name, task.id)
     queues().huey(queue).enqueue(task)

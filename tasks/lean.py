@@ -17,9 +17,12 @@ import sys
 import time
 from collections.abc import Sequence
 
+from flask import Flask
 from huey import Huey
 from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
 
+from tasks.interrupts import note_stop_signal
+from tasks.presence import PresentMixin
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES
 
 logger = logging.getLogger("huey.consumer")
@@ -120,6 +123,7 @@ class LaneEnvironment(ProcessEnvironment):
         hueys = getattr(process, "hueys", [process.huey])
 
         def interrupt(signum, frame):
+            note_stop_signal()
             # Same rule as Huey's: only a task in flight is interrupted (it is handed back).
             if any(huey._tasks_in_flight for huey in hueys):
                 raise KeyboardInterrupt
@@ -129,11 +133,15 @@ class LaneEnvironment(ProcessEnvironment):
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
-class LeanConsumer(Consumer):
+class LeanConsumer(PresentMixin, Consumer):
     """A Huey consumer whose process workers each serve a lane of queues."""
 
     def __init__(
-        self, lanes: Sequence[Sequence[Huey]], periodic_huey: Huey | None, **options
+        self,
+        lanes: Sequence[Sequence[Huey]],
+        periodic_huey: Huey | None,
+        app: Flask | None = None,
+        **options,
     ) -> None:
         self.lanes = [list(lane) for lane in lanes]
         self.hueys = [huey for lane in self.lanes for huey in lane]
@@ -149,6 +157,8 @@ class LeanConsumer(Consumer):
             huey._timeout_handler = self.environment.timeout
         self.workers = len(self.lanes)
         self.worker_threads = [self._lane_process(i) for i in range(len(self.lanes))]
+        if app is not None:
+            self._present(app, self.hueys, "process", self.workers)
 
     def get_environment(self, worker_type: str) -> ProcessEnvironment:
         return LaneEnvironment(self._graceful_sig, self._interrupt_sig)
@@ -230,6 +240,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     consumer = LeanConsumer(
         [[queues.huey(name) for name in lane] for lane in lanes],
         periodic,
+        app,
         initial_delay=args.delay,
         max_delay=args.max_delay,
     )

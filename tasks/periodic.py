@@ -1,5 +1,7 @@
-"""Every periodic schedule in one place. They run on the ``default`` queue's consumer
-only; every other consumer runs with periodic tasks off (``-n``)."""
+"""Every periodic schedule in one place. They are enqueued by the ``default`` queue's
+consumer of the host that runs periodic tasks; every other consumer runs with periodic
+tasks off (``-n``). Each run claims its schedule slot first (``tasks.slots``), so a
+second host with periodic tasks on never runs a slot twice."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ import logging
 from huey import crontab
 
 from tasks.routing import periodic
+from tasks.schedules import Cron, Every
 
 logger = logging.getLogger(__name__)
 
 
-@periodic("taskrunner.relay_events", crontab(minute="*"), timeout=120)
+@periodic("taskrunner.relay_events", Every("TASK_RUNNER_RELAY_SECONDS"), timeout=120)
 def relay_events() -> None:
-    """Deliver outbox events a crashed process left undelivered."""
+    """Deliver outbox events a crashed process left undelivered; retry refused deliveries."""
     from taskrunner.ledger import ledger
 
     count = ledger.relay_events()
@@ -23,7 +26,7 @@ def relay_events() -> None:
 
 
 # SPEC §10: every few minutes, hourly at most (a lost worker is found in minutes).
-@periodic("taskrunner.detect_stuck", crontab(minute="*/5"), timeout=300)
+@periodic("taskrunner.detect_stuck", Every("TASK_RUNNER_SWEEP_SECONDS"), timeout=300)
 def detect_stuck() -> None:
     """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""
     from taskrunner.ledger import ledger
@@ -31,7 +34,15 @@ def detect_stuck() -> None:
     ledger.mark_stuck()
 
 
-@periodic("taskrunner.prune", crontab(minute="17", hour="3"), timeout=1800)
+@periodic("taskrunner.roll_throughput", Every("TASK_RUNNER_THROUGHPUT_SECONDS"), timeout=120)
+def roll_throughput() -> None:
+    """Units settled per minute and type, for the queues page: the minutes just ended."""
+    from taskrunner.ledger import ledger
+
+    ledger.roll_throughput()
+
+
+@periodic("taskrunner.prune", Cron(crontab(minute="17", hour="3")), timeout=1800)
 def prune() -> None:
     """Daily: delete terminal runs older than the retention, and the queues' leftovers."""
     from taskrunner.runner import Actor
@@ -43,7 +54,7 @@ def prune() -> None:
     )
 
 
-@periodic("payments.monthly_statements", crontab(minute="0", hour="2", day="1"), timeout=600)
+@periodic("payments.monthly_statements", Cron(crontab(minute="0", hour="2", day="1")), timeout=600)
 def monthly_statements() -> None:
     """Monthly: statements for the month that just ended."""
     from datetime import date, timedelta
@@ -54,7 +65,7 @@ def monthly_statements() -> None:
     start_monthly_statements(last_month.strftime("%Y-%m"), "schedule")
 
 
-@periodic("asyncrequests.prune", crontab(minute="37", hour="3"), timeout=300)
+@periodic("asyncrequests.prune", Cron(crontab(minute="37", hour="3")), timeout=300)
 def prune_async_requests() -> None:
     """Daily: delete tenants' async requests older than their own retention (not the ledger's)."""
     from asyncrequests.retention import prune as prune_requests
@@ -64,7 +75,21 @@ def prune_async_requests() -> None:
         logger.info("Pruned %d async requests", count)
 
 
-@periodic("coursebuilder.recover", crontab(minute="*/5"), timeout=300)
+@periodic("security.prune", Cron(crontab(minute="47", hour="3")), timeout=300)
+def prune_security_state() -> None:
+    """Daily: expired operator sessions, quiet sign-in counters, ended rate-limit windows."""
+    from flask import current_app
+
+    from accounts import sessions, throttle
+    from security import ratelimit
+
+    window = current_app.config["TENANT_API_RATE_WINDOW_SECONDS"]
+    pruned = sessions.prune_expired() + throttle.forget_quiet() + ratelimit.prune(window)
+    if pruned:
+        logger.info("Pruned %d expired sessions, sign-in counters and rate-limit counters", pruned)
+
+
+@periodic("coursebuilder.recover", Cron(crontab(minute="*/5")), timeout=300)
 def recover_builder_runs() -> None:
     """Queue again the course-builder steps whose job or worker was lost."""
     from coursebuilder.service import recover

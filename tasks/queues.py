@@ -2,18 +2,33 @@
 
 Instances are made lazily, on first use, from the app's config: importing this
 module opens nothing. Every job runs inside a fresh app context of the app that
-owns the instance (the pattern of Flask's Celery example).
+owns the instance (the pattern of Flask's Celery example). Their connections to
+Redis or PostgreSQL carry timeouts and keepalives, so a consumer cut off from its
+server fails and retries rather than hanging on a dead socket.
+
+Periodic tasks are registered on the ``default`` queue only; each carries the
+schedule slot it was enqueued for and claims it before it works (``tasks.slots``).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
 from huey import Huey, PostgresHuey, RedisHuey, SqliteHuey
+from huey.api import PeriodicTask
+from redis import ConnectionPool
 
-from tasks.routing import QUEUE_NAMES, routes
+from database import postgres_connect_args
+from security.files import private_file
+from tasks import presence, slots
+from tasks.interrupts import watch_stop_signal
+from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
+from tasks.schedules import tick_seconds
 
 
 class QueueConfigError(Exception):
@@ -27,15 +42,34 @@ def _make_huey(app: Flask, queue: str) -> Huey:
     if app.config.get("QUEUE_IMMEDIATE"):
         return Huey(name, immediate=True, **common)
     if driver == "sqlite":
-        return SqliteHuey(name, filename=app.config["QUEUE_SQLITE_PATH"], timeout=30, **common)
+        filename = private_file(Path(app.config["QUEUE_SQLITE_PATH"]))
+        return SqliteHuey(name, filename=str(filename), timeout=30, **common)
     if driver == "redis":
-        return RedisHuey(name, url=app.config["REDIS_URL"], **common)
+        return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":
         dsn = app.config.get("QUEUE_POSTGRES_DSN") or _libpq_dsn(
             app.config["SQLALCHEMY_DATABASE_URI"]
         )
-        return PostgresHuey(name, dsn=dsn, **common)
+        return PostgresHuey(name, dsn=dsn, **common, **postgres_connect_args(app.config))
     raise QueueConfigError(f"QUEUE_DRIVER must be sqlite, redis or postgres, not {driver!r}")
+
+
+def _redis_pool(app: Flask) -> ConnectionPool:
+    """One pool per app for every queue. A reply that does not come within the dead-peer
+    time drops the connection (the next command opens a new one); Huey's blocking read
+    waits 1 s, well inside it."""
+    pool = app.extensions.get("queues_redis_pool")
+    if pool is None:
+        dead_peer = max(2, int(app.config["NETWORK_DEAD_PEER_SECONDS"]))
+        pool = ConnectionPool.from_url(
+            app.config["REDIS_URL"],
+            socket_connect_timeout=max(1, int(app.config["NETWORK_CONNECT_TIMEOUT_SECONDS"])),
+            socket_timeout=dead_peer,
+            socket_keepalive=True,
+            health_check_interval=max(1, dead_peer // 2),
+        )
+        app.extensions["queues_redis_pool"] = pool
+    return pool
 
 
 def _libpq_dsn(url: str) -> str:
@@ -45,6 +79,20 @@ def _libpq_dsn(url: str) -> str:
     if url.startswith("postgresql://"):
         return url
     raise QueueConfigError("QUEUE_DRIVER=postgres needs a PostgreSQL DATABASE_URL")
+
+
+class SlottedPeriodicTask(PeriodicTask):
+    """A periodic task that is enqueued with the slot it is due for (its ``slot`` argument)."""
+
+    due_slot: Callable[[datetime], datetime | None]  # set per task by ``Queues``
+
+    def validate_datetime(self, timestamp: datetime) -> bool:
+        # Huey asks each fresh periodic task instance whether it is due, then enqueues it.
+        slot = self.due_slot(timestamp)
+        if slot is None:
+            return False
+        self.kwargs = {"slot": slot.isoformat()}
+        return True
 
 
 class Queues:
@@ -74,6 +122,11 @@ class Queues:
 
     def _build(self, queue: str) -> Huey:
         huey = _make_huey(self.app, queue)
+        # Each process worker notes its stop signal, so an interrupt whose traceback a
+        # library cut off is still told apart from a job's own failure.
+        huey.on_startup("taskledger.watch_stop_signal")(watch_stop_signal)
+        # ``huey_consumer`` asks the instance for its consumer: ours registers itself.
+        huey.create_consumer = presence.consumer_factory(self.app, huey)
         for spec in routes.jobs.values():
             if spec.queue in (None, queue):
                 self._tasks[(queue, spec.name)] = huey.task(
@@ -84,11 +137,17 @@ class Queues:
                     timeout=spec.timeout,
                     context=True,
                 )(self._in_app_context(spec.fn, spec.wants_task))
-        if queue == "default":
+        if queue == PERIODIC_QUEUE:
+            tick = self.periodic_tick()
             for pspec in routes.periodic.values():
-                huey.periodic_task(pspec.schedule, name=pspec.name, timeout=pspec.timeout)(
-                    self._in_app_context(pspec.fn, False)
-                )
+                huey.task(
+                    name=pspec.name,
+                    timeout=pspec.timeout,
+                    task_base=SlottedPeriodicTask,
+                    due_slot=functools.partial(
+                        pspec.schedule.slot, tick=tick, config=self.app.config
+                    ),
+                )(self._once_per_slot(pspec))
         for signals, handler in routes.signals:
             huey.signal(*signals)(self._signal_in_app_context(handler, queue))
         return huey
@@ -102,6 +161,22 @@ class Queues:
                 if wants_task:
                     kwargs["task"] = task
                 return fn(*args, **kwargs)
+
+        return run
+
+    def periodic_tick(self) -> int:
+        """Seconds between two checks of the schedules by a consumer's scheduler."""
+        return tick_seconds((p.schedule for p in routes.periodic.values()), self.app.config)
+
+    def _once_per_slot(self, pspec: PeriodicSpec) -> Any:
+        app = self.app
+
+        @functools.wraps(pspec.fn)
+        def run(slot: str | None = None) -> Any:
+            with app.app_context():
+                if slot is not None and not slots.claim(pspec.name, datetime.fromisoformat(slot)):
+                    return None
+                return pspec.fn()
 
         return run
 

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-QUEUE_NAMES = ("default", "tasks", "builder", "long-job")
+from tasks.schedules import Schedule
+
+QUEUE_NAMES = ("default", "tasks", "builder", "long-job", "io")
 PERIODIC_QUEUE = "default"  # periodic tasks are registered, and scheduled, here only
 
 
@@ -26,10 +28,19 @@ class QueueSpec:
     # How a deploy stops this queue's consumer: "graceful" (SIGINT, running jobs finish,
     # waiting up to max_timeout) or "hand-back" (SIGTERM, running jobs are put back).
     stop: str
+    # "hard": the consumer stops a job at its timeout (process workers: SIGALRM). "soft":
+    # thread workers, many per process, for jobs that wait on vendors; a thread cannot be
+    # killed, so the wrapper raises the timeout in the job's thread at its next Python
+    # instruction, which a waiting job reaches when its client's own timeout fires.
+    timeouts: str = "hard"
 
     @property
     def enforces_timeouts(self) -> bool:
         return self.worker_type in ("process", "greenlet")
+
+    @property
+    def soft_timeouts(self) -> bool:
+        return self.worker_type == "thread" and self.timeouts == "soft"
 
 
 # Short jobs share the "short" lane in lean mode; builder steps (up to 30 min) and long
@@ -40,6 +51,17 @@ QUEUES: dict[str, QueueSpec] = {
     "tasks": QueueSpec("tasks", "process", 2, 900, "short", "hand-back"),
     "builder": QueueSpec("builder", "process", 2, 1800, "long", "graceful"),
     "long-job": QueueSpec("long-job", "process", 1, 18000, "long", "hand-back"),
+    # The I/O lane: units that mostly wait on a vendor (statements, document providers).
+    # 32 threads in one process wait side by side where two process workers would queue;
+    # a stop hands their units back like the process lanes do.
+    "io": QueueSpec("io", "thread", 32, 900, "short", "hand-back", timeouts="soft"),
+}
+
+# Task types whose units run on another queue than their definition names: the I/O
+# lane for types that wait on vendors. ``TASK_RUNNER_TYPE_ROUTES`` ("type=queue,...")
+# adds to it per deployment.
+TYPE_ROUTES: dict[str, str] = {
+    "diagnostics.vendor_probe": "io",
 }
 
 
@@ -60,7 +82,7 @@ class JobSpec:
 class PeriodicSpec:
     name: str
     fn: Callable[..., Any]
-    schedule: Callable[..., bool]
+    schedule: Schedule
     timeout: int
 
 
@@ -74,6 +96,29 @@ class Routes:
 routes = Routes()
 
 
+@dataclass(frozen=True)
+class JobHandle:
+    """A declared job. ``enqueue`` sends it to the queue its route names; calling the
+    handle itself is refused, so no call site runs a job inline and untracked by mistake.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+
+    def enqueue(self, *args: Any, queue: str | None = None, **kwargs: Any) -> Any:
+        """Enqueue one execution (``queue`` only for a job served by every queue)."""
+        from flask import current_app
+
+        return current_app.extensions["queues"].task(self.name, queue)(*args, **kwargs)
+
+    def call_local(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the job's body here and now: no queue, no retries (for tests)."""
+        return self.fn(*args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{self.name} is a job: use .enqueue(...), or .call_local(...) in tests")
+
+
 def job(
     name: str,
     *,
@@ -84,12 +129,12 @@ def job(
     stuck_after_minutes: int | None = None,
     wants_task: bool = False,
     retry_backoff: float = 0,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a Huey job: its name, queue and timeout (the route)."""
+) -> Callable[[Callable[..., Any]], JobHandle]:
+    """Declare a Huey job: its name, queue and timeout (the route); returns its handle."""
     if queue is not None and queue not in QUEUES:
         raise ValueError(f"unknown queue {queue!r}")
 
-    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorator(fn: Callable[..., Any]) -> JobHandle:
         routes.jobs[name] = JobSpec(
             name,
             fn,
@@ -101,15 +146,15 @@ def job(
             wants_task,
             retry_backoff,
         )
-        return fn
+        return JobHandle(name, fn)
 
     return decorator
 
 
 def periodic(
-    name: str, schedule: Callable[..., bool], *, timeout: int = 300
+    name: str, schedule: Schedule, *, timeout: int = 300
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a periodic job; periodic jobs run on the ``default`` queue's consumer."""
+    """Declare a periodic job; it runs on the ``default`` queue, once per schedule slot."""
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         routes.periodic[name] = PeriodicSpec(name, fn, schedule, timeout)

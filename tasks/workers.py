@@ -34,23 +34,33 @@ class ConsumerPlan:
     command: tuple[str, ...]
 
 
-def consumer_command(queue: str, workers: int | None = None, periodic: bool = False) -> list[str]:
-    """The ``huey_consumer`` command line that serves one queue."""
+def consumer_command(
+    queue: str,
+    workers: int | None = None,
+    periodic: bool = False,
+    worker_type: str | None = None,
+    polling: tuple[float, float, float] | None = None,
+) -> list[str]:
+    """The ``huey_consumer`` command line that serves one queue (``polling``: Huey's
+    initial and longest wait on an empty queue, and its backoff factor)."""
     spec = QUEUES[queue]
+    delay, max_delay, backoff = polling or (0.1, 1.0, None)
     command = [
         sys.executable,
         "-m",
         "huey.bin.huey_consumer",
         f"tasks.consumer.{CONSUMER_ATTR[queue]}",
         "-k",
-        spec.worker_type,
+        worker_type or spec.worker_type,
         "-w",
         str(workers or spec.workers),
         "-d",
-        "0.1",
+        str(delay),
         "-m",
-        "1.0",
+        str(max_delay),
     ]
+    if backoff is not None:
+        command += ["-b", str(backoff)]
     if not periodic:
         command.append("-n")
     return command

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 
+from taskrunner.contract import register_domain_error
+
 _state = threading.local()
 
 
+@register_domain_error
 class NoTenant(Exception):
     """Code that needs a tenant ran in the central context."""
 

@@ -11,6 +11,8 @@ from database import utcnow
 from extensions import db
 
 STANDING = ("active", "trial", "past_due")
+# A closed tenant gets no statements and its API tokens are refused.
+CLOSED = "closed"
 
 
 class Tenant(db.Model):

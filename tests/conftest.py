@@ -13,13 +13,13 @@ import socket
 from pathlib import Path
 
 import pytest
-from flask_migrate import upgrade
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from app import create_app
 from extensions import db
-from taskrunner import events
-from taskrunner.ledger import forget_cached_runs
+from harness import build_app, reset_postgres_schema
+from taskrunner.contract import TaskDefinition, register
+from taskrunner.ledger import forget_cached_runs, release_hot_connection
 from tests.support import Consumers
 
 BACKEND = os.environ.get("TEST_BACKEND", "sqlite")
@@ -54,21 +54,6 @@ def require_redis() -> None:
     require_server("Redis", "127.0.0.1", 6379)
 
 
-def reset_postgres(url: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE"))
-        conn.execute(text("CREATE SCHEMA public"))
-    engine.dispose()
-
-
-def migrated(config: dict) -> None:
-    app = create_app(config)
-    with app.app_context():
-        upgrade(directory=str(ROOT / "migrations"), revision="heads")
-        db.engine.dispose()
-
-
 @pytest.fixture(scope="session")
 def base_config(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("backend")
@@ -78,11 +63,17 @@ def base_config(tmp_path_factory) -> dict:
         "SERVER_NAME": "localhost",
         "INSTANCE_PATH": str(folder),
         "TASK_RUNNER_HEARTBEAT_SECONDS": 30,
+        # Live pages' streams end at once in tests (a browser would reconnect).
+        "LIVE_STREAM_SECONDS": 1,
+        "LIVE_POLL_SECONDS": 0.1,
+        "OVERVIEW_CACHE_SECONDS": 0,  # each test reads the strip it just changed
+        # The test clients speak plain http; production cookies are Secure.
+        "SESSION_COOKIE_SECURE": False,
     }
     if BACKEND == "postgres":
         require_postgres()
         require_redis()
-        reset_postgres(PG_URL)
+        reset_postgres_schema(PG_URL)
         config |= {
             "SQLALCHEMY_DATABASE_URI": PG_URL,
             "QUEUE_DRIVER": "redis",
@@ -94,7 +85,7 @@ def base_config(tmp_path_factory) -> dict:
             "QUEUE_DRIVER": "sqlite",
             "QUEUE_SQLITE_PATH": str(folder / "queue.sqlite3"),
         }
-    migrated(config)
+    build_app(config)
     return config
 
 
@@ -108,19 +99,42 @@ def empty_tables() -> None:
     db.session.commit()
 
 
-@pytest.fixture
-def make_app(base_config, tmp_path):
-    """Build an app on the test's backend with extra settings; state is emptied after."""
-    made = []
+class AppMaker:
+    """Builds the apps of one test on its backend, each with its own runner state."""
 
-    def make(**overrides):
-        app = create_app({**base_config, **overrides})
-        app.instance_path = base_config["INSTANCE_PATH"]
-        made.append(app)
+    def __init__(self, base_config: dict) -> None:
+        self.base_config = base_config
+        self.made: list = []
+        self.definitions: list[TaskDefinition] = []
+
+    def __call__(self, **overrides):
+        app = create_app({**self.base_config, **overrides})
+        self._register_on(app, self.definitions)
+        self.made.append(app)
         return app
 
-    yield make
-    for app in made:
+    def register(self, *definitions: TaskDefinition) -> None:
+        """Register task types on every app of this test, made or still to be made."""
+        self.definitions += definitions
+        for app in self.made:
+            self._register_on(app, definitions)
+
+    @staticmethod
+    def _register_on(app, definitions) -> None:
+        with app.app_context():
+            for definition in definitions:
+                register(definition)
+
+
+@pytest.fixture
+def make_app(base_config):
+    """Build an app on the test's backend with extra settings; state is emptied after."""
+    maker = AppMaker(base_config)
+    yield maker
+    # The gate's kept connection belongs to this test's database: a later test may
+    # replace that file, and SQLite fails on a connection to a file that was replaced.
+    release_hot_connection()
+    for app in maker.made:
         with app.app_context():
             db.session.remove()
             empty_tables()
@@ -132,7 +146,6 @@ def make_app(base_config, tmp_path):
                         pass
             db.engine.dispose()
     forget_cached_runs()
-    events._subscribers.clear()
 
 
 @pytest.fixture
@@ -171,13 +184,10 @@ def consumers(app, tmp_path):
 
 
 @pytest.fixture
-def controlled():
-    """A registered ``tests.controlled`` task type, unregistered after the test."""
-    from taskrunner.contract import register
-    from taskrunner.registry import registry
+def controlled(make_app):
+    """A ``tests.controlled`` task type, registered on every app of the test."""
     from tests.factories import ControlledTask
 
     task = ControlledTask()
-    register(task)
-    yield task
-    registry.unregister(task.type())
+    make_app.register(task)
+    return task

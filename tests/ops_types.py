@@ -93,15 +93,9 @@ class HeldTask:
 
 
 def init_app(app: Any) -> None:
-    register(SlowTask())
-    register(ThrottledTask())
+    with app.app_context():
+        register(SlowTask())
+        register(ThrottledTask())
 
 
 EXTRA_MODULES = {"TASKLEDGER_EXTRA_MODULES": "tests.ops_types"}
-
-
-def unregister_all() -> None:
-    from taskrunner.registry import registry
-
-    for type_ in (SLOW, THROTTLED):
-        registry.unregister(type_)

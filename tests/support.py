@@ -1,42 +1,15 @@
-"""Helpers shared by the tests: waiting, real consumers, backends."""
+"""Helpers shared by the tests; processes, waiting and databases come from ``harness``."""
 
 from __future__ import annotations
 
-import os
+import re
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, ProcessPool, process_env, wait_for
 
-# Settings a consumer process must share with the test's app (passed as environment).
-SHARED_SETTINGS = (
-    "SQLALCHEMY_DATABASE_URI",
-    "QUEUE_DRIVER",
-    "QUEUE_SQLITE_PATH",
-    "REDIS_URL",
-    "SECRET_KEY",
-    "TASK_RUNNER_RETRY_HORIZON_HOURS",
-    "TASK_RUNNER_STUCK_AFTER_MINUTES",
-    "TASK_RUNNER_HEARTBEAT_SECONDS",
-    "TASK_RUNNER_RATE_WINDOW_SECONDS",
-    "TASK_RUNNER_NEVER_STARTED_SECONDS",
-    "TASK_RUNNER_RETENTION_DAYS",
-    "TASK_RUNNER_DISPATCH_CHUNK",
-    "LLM_DRIVER",
-    "LLM_BASE_URL",
-    "LLM_API_KEY",
-    "LLM_MODEL",
-    "DOCUMENTS_PROVIDER_URL",
-    "DOCUMENTS_PROVIDER_TOKEN",
-    "DOCUMENTS_PROVIDER_TIMEOUT_SECONDS",
-)
-ENV_NAME = {"SQLALCHEMY_DATABASE_URI": "DATABASE_URL"}
-
+__all__ = ["ROOT", "Consumers", "process_env", "see_logs", "huey_stop_interrupt", "wait_for"]
 
 # The pinned JSON shapes of SPEC §9, shared by the CLI and the API tests.
 RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
@@ -54,109 +27,49 @@ UNIT_KEYS = {
 }
 
 
-def wait_for(
-    predicate: Callable[[], Any],
-    timeout: float = 30.0,
-    interval: float = 0.1,
-    message: str = "condition",
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+def see_logs(class_pattern: str, prefix: str = "") -> re.Pattern[str]:
+    """A stored reason of a non-domain error: its class and its error reference."""
+    return re.compile(rf"{prefix}unhandled {class_pattern} — see logs, ref [0-9a-f]{{8}}")
 
 
-def consumer_env(app, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    for key in SHARED_SETTINGS:
-        value = app.config.get(key)
-        if value not in (None, ""):
-            env[ENV_NAME.get(key, key)] = str(value)
-    env["INSTANCE_PATH"] = str(app.instance_path)
-    env["PYTHONPATH"] = str(ROOT)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
+def huey_stop_interrupt() -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` Huey's stop handler raises in a process worker it stops.
+
+    Raised by Huey's own handler function (installed here only for the call), so its
+    innermost frame is Huey's, as in a real worker that receives SIGTERM.
+    """
+    from types import SimpleNamespace
+
+    from huey.consumer import ProcessEnvironment
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    saved = {signum: signal.getsignal(signum) for signum in stops}
+    try:
+        busy_worker = SimpleNamespace(huey=SimpleNamespace(_tasks_in_flight={"a task"}))
+        ProcessEnvironment().init_child(busy_worker)
+        handler = signal.getsignal(signal.SIGTERM)
+    finally:
+        for signum, previous in saved.items():
+            signal.signal(signum, previous)
+    try:
+        handler(signal.SIGTERM, None)
+    except KeyboardInterrupt as stop:
+        return stop
+    raise AssertionError("Huey's stop handler did not interrupt a busy worker")
 
 
-class Consumers:
-    """Real ``huey_consumer`` processes, stopped (SIGKILL if need be) at teardown."""
+class Consumers(ProcessPool):
+    """Real consumers of the test's app, started as ``flask workers`` starts them."""
 
     def __init__(self, app, log_dir: Path) -> None:
-        self.app = app
-        self.log_dir = log_dir
-        self.processes: list[subprocess.Popen] = []
+        super().__init__(process_env(app), log_dir)
 
     def start(
         self,
         queue: str = "tasks",
         workers: int = 2,
-        worker_type: str = "process",
+        worker_type: str | None = None,
         periodic: bool = False,
         **env: str,
     ) -> subprocess.Popen:
-        attr = queue.replace("-", "_")
-        command = [
-            sys.executable,
-            "-m",
-            "huey.bin.huey_consumer",
-            f"tasks.consumer.{attr}",
-            "-k",
-            worker_type,
-            "-w",
-            str(workers),
-            "-d",
-            "0.05",
-            "-m",
-            "0.5",
-            "-b",
-            "1.1",
-        ]
-        if not periodic:
-            command.append("-n")
-        log = open(self.log_dir / f"consumer-{len(self.processes)}-{queue}.log", "wb")
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=consumer_env(self.app, **env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        process.log_path = log.name  # type: ignore[attr-defined]
-        self.processes.append(process)
-        return process
-
-    @staticmethod
-    def signal_group(process: subprocess.Popen, signum: int) -> None:
-        try:
-            os.killpg(process.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def kill(self, process: subprocess.Popen) -> None:
-        """SIGKILL the consumer and its worker processes, as a crash would."""
-        self.signal_group(process, signal.SIGKILL)
-        process.wait(timeout=10)
-
-    def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                self.signal_group(process, signal.SIGINT)
-        deadline = time.monotonic() + 5
-        for process in self.processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.kill(process)
-
-    def logs(self) -> str:
-        return "\n".join(
-            Path(p.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
-            for p in self.processes
-        )
+        return self.start_consumer(queue, workers, worker_type, periodic, **env)

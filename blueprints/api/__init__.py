@@ -1,14 +1,20 @@
-"""The JSON read API of the backoffice (SPEC §9): the shapes of ``taskrunner.reports``."""
+"""The JSON read API of the backoffice (SPEC §9).
+
+Each endpoint makes the same ``operations`` call as its HTML page and returns the
+service's JSON shape of it, so the two cannot drift.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, jsonify
+from flask import Blueprint, abort, current_app, jsonify
 
 from accounts.permissions import permission_required
 from blueprints import params
+from blueprints.api.contract import BACKOFFICE
+from blueprints.backoffice.console import search_results
 from blueprints.backoffice.pages import VIEW, paged, run_or_404
-from taskrunner import reports
-from taskrunner.ledger import ledger
+from blueprints.openapi import build
+from taskrunner.contract import operations
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1/backoffice")
 
@@ -17,19 +23,19 @@ bp = Blueprint("api", __name__, url_prefix="/api/v1/backoffice")
 @permission_required(VIEW)
 def runs():
     page = paged(
-        ledger.runs_page,
+        operations.runs_page,
         limit=params.limit(),
         cursor=params.cursor(),
         type_=params.text("type"),
         status=params.run_status(),
     )
-    return jsonify(reports.runs_page(page))
+    return jsonify(operations.runs_json(page))
 
 
 @bp.get("/task-runs/<run_uuid>")
 @permission_required(VIEW)
 def run(run_uuid: str):
-    return jsonify(reports.run_detail(run_or_404(run_uuid)))
+    return jsonify(operations.run_report(run_or_404(run_uuid)))
 
 
 @bp.get("/task-runs/<run_uuid>/units")
@@ -37,27 +43,27 @@ def run(run_uuid: str):
 def units(run_uuid: str):
     run = run_or_404(run_uuid)
     page = paged(
-        ledger.run_units_page,
+        operations.run_units,
         run,
         status=params.unit_status("status"),
         limit=params.limit(),
         cursor=params.cursor(),
     )
-    return jsonify(reports.units_page(page))
+    return jsonify(operations.units_json(page))
 
 
 @bp.get("/task-runs/<run_uuid>/errors")
 @permission_required(VIEW)
 def errors(run_uuid: str):
     run = run_or_404(run_uuid)
-    return jsonify(reports.error_groups(run, ledger.error_groups(run)))
+    return jsonify(operations.error_groups_json(run, operations.error_groups(run)))
 
 
 @bp.get("/stale-units")
 @permission_required(VIEW)
 def stale_units():
-    page = paged(ledger.stale_units_page, limit=params.limit(100, 500), cursor=params.cursor())
-    return jsonify(reports.units_page(page))
+    stale = paged(operations.stale_units, limit=params.limit(100, 500), cursor=params.cursor())
+    return jsonify(operations.units_json(stale.page))
 
 
 @bp.get("/units")
@@ -67,10 +73,34 @@ def history():
     if (key is None) == (tenant is None):
         abort(400, description="give exactly one of key and tenant")
     page = paged(
-        ledger.unit_history,
+        operations.unit_history,
         unit_key=key,
         tenant_id=tenant,
         limit=params.limit(),
         cursor=params.cursor(),
     )
-    return jsonify(reports.units_page(page))
+    return jsonify(operations.units_json(page))
+
+
+@bp.get("/workers")
+@permission_required(VIEW)
+def workers():
+    return jsonify(operations.consumers())
+
+
+@bp.get("/queues")
+@permission_required(VIEW)
+def queues():
+    return jsonify(operations.queues())
+
+
+@bp.get("/search")
+@permission_required(VIEW)
+def search():
+    return jsonify(search_results(params.text("q") or ""))
+
+
+@bp.get("/openapi.json")
+@permission_required(VIEW)
+def document():
+    return jsonify(build(current_app, BACKOFFICE))

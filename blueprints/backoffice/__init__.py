@@ -1,9 +1,8 @@
-"""The operator pages of the task runner (SPEC §9): thin views over the ledger and the runner."""
+"""The operator pages of the task runner (SPEC §9): thin views over the runner's operations."""
 
 from __future__ import annotations
 
-from flask import Blueprint
+from blueprints.backoffice import actions, attention, console, live, pages  # noqa: F401 - routes
+from blueprints.backoffice.blueprint import bp
 
-bp = Blueprint("backoffice", __name__, url_prefix="/backoffice")
-
-from blueprints.backoffice import actions, pages  # noqa: E402,F401 - routes register on import
+__all__ = ["bp"]

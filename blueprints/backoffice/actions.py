@@ -3,19 +3,18 @@ the CLI uses, recorded as operator actions with the user and address."""
 
 from __future__ import annotations
 
-from flask import flash, redirect, render_template, request, url_for
+from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 
 from accounts.permissions import permission_required
-from blueprints.backoffice import bp
+from blueprints.backoffice.blueprint import bp
 from blueprints.backoffice.pages import MANAGE, run_or_404
-from taskrunner import runner
-from taskrunner.contract import Refused
-from taskrunner.ledger import ledger
+from blueprints.ui import plural
+from taskrunner.contract import Refused, operations
 
 
-def actor() -> runner.Actor:
-    return runner.Actor(name=current_user.email, source="web", address=request.remote_addr)
+def actor() -> operations.Actor:
+    return operations.Actor(name=current_user.email, source="web", address=request.remote_addr)
 
 
 def confirmed() -> bool:
@@ -23,32 +22,68 @@ def confirmed() -> bool:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return plural(n, word)
+
+
+def _retry_target() -> tuple[str | None, list[str] | None]:
+    """The error group (``reason``) or the units (``unit``, repeatable) a retry is narrowed to."""
+    reason = request.form.get("reason")
+    keys = [k for k in request.form.getlist("unit") if k]
+    if reason is not None and keys:
+        abort(400, description="give a reason or units, not both")
+    if reason is not None and (not reason.strip() or len(reason) > 600):
+        abort(400, description="reason must be the text of an error group")
+    if len(keys) > 500 or any(len(k) > 191 or any(ord(c) < 32 for c in k) for k in keys):
+        abort(400, description="units must be up to 500 unit keys")
+    if "unit" in request.form and not keys:
+        abort(400, description="select at least one unit")
+    return reason, keys or None
 
 
 @bp.post("/task-runs/<run_uuid>/retry")
 @permission_required(MANAGE)
 def retry(run_uuid: str):
     run = run_or_404(run_uuid)
-    failed_only = request.form.get("failed_only") in ("1", "yes", "on", "true")
-    back = url_for("backoffice.run", run_uuid=run.uuid)
+    reason, keys = _retry_target()
+    failed_only = request.form.get("failed_only") in ("1", "yes", "on", "true") or bool(reason)
+    back = request.form.get("back_to")
+    if back == "errors":
+        back = url_for("backoffice.errors", run_uuid=run.uuid)
+    elif back == "unit" and keys and len(keys) == 1:
+        back = url_for("backoffice.unit", run_uuid=run.uuid, unit_key=keys[0])
+    else:
+        back = url_for("backoffice.run", run_uuid=run.uuid)
     if not confirmed():
-        count = ledger.count_retryable(run, failed_only)
-        what = "failed units" if failed_only else "failed, pending and stale units"
+        count = operations.count_retryable(run, failed_only, reason=reason, unit_keys=keys)
+        fields: dict[str, object] = {"failed_only": "1" if failed_only else "0"}
+        if reason is not None:
+            title = "Retry one error group"
+            what = f"the failed units whose reason is \u201c{reason}\u201d"
+            fields["reason"] = reason
+        elif keys is not None:
+            title = "Retry this unit" if len(keys) == 1 else "Retry the selected units"
+            what = f"of {_plural(len(keys), 'selected unit')}, those failed, pending or stale"
+            fields["unit"] = keys
+        else:
+            title = "Retry failed units" if failed_only else "Retry all unfinished units"
+            what = "failed units" if failed_only else "failed, pending and stale units"
+        fields["back_to"] = request.form.get("back_to", "")
         return render_template(
             "backoffice/confirm.html",
             run=run,
             count=count,
             back=back,
             action=url_for("backoffice.retry", run_uuid=run.uuid),
-            title="Retry failed units" if failed_only else "Retry all unfinished units",
+            title=title,
             verb="Retry",
-            fields={"failed_only": "1" if failed_only else "0"},
+            fields=fields,
             message=f"This re-dispatches {_plural(count, 'unit')} ({what}) of this run. "
             "Attempts add up; the run goes back to running.",
         )
     try:
-        count = runner.retry(run.uuid, failed_only=failed_only, actor=actor())
+        count = operations.retry(
+            run.uuid, actor(), failed_only=failed_only, reason=reason, unit_keys=keys
+        )
     except Refused as exc:
         flash(f"Nothing retried: {exc}", "error")
     else:
@@ -62,8 +97,7 @@ def cancel(run_uuid: str):
     run = run_or_404(run_uuid)
     back = url_for("backoffice.run", run_uuid=run.uuid)
     if not confirmed():
-        counts = ledger.run_counts(run)
-        count = counts["pending"] + counts["running"]
+        count = operations.count_cancellable(run)
         return render_template(
             "backoffice/confirm.html",
             run=run,
@@ -72,19 +106,34 @@ def cancel(run_uuid: str):
             action=url_for("backoffice.cancel", run_uuid=run.uuid),
             title="Cancel this run",
             verb="Cancel run",
-            fields={},
+            # The count shown travels with the form: the banner can say what moved since.
+            fields={"expected": str(count)},
             danger=True,
             message=f"This skips {_plural(count, 'unit')} that are pending or running and "
             "revokes their queued jobs. A unit already running finishes its current "
             "attempt, but its result is not recorded.",
         )
     try:
-        skipped = runner.cancel(run.uuid, actor=actor())
+        skipped = operations.cancel(run.uuid, actor())
     except Refused as exc:
         flash(f"Not cancelled: {exc}", "error")
     else:
-        flash(f"Run cancelled; {_plural(skipped, 'unit')} skipped.", "success")
+        flash(f"Run cancelled; {_plural(skipped, 'unit')} skipped.{_moved(skipped)}", "success")
     return redirect(back)
+
+
+def _moved(skipped: int) -> str:
+    """Why the skipped count differs from the one confirmed: units finished in between."""
+    raw = request.form.get("expected", "")
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 12):
+        return ""
+    expected = int(raw)
+    if expected <= skipped:
+        return ""
+    return (
+        f" {_plural(expected, 'unit')} were pending or running when you confirmed; "
+        f"{_plural(expected - skipped, 'unit')} finished in between."
+    )
 
 
 @bp.post("/stale-units/retry")
@@ -92,7 +141,7 @@ def cancel(run_uuid: str):
 def retry_stale():
     back = url_for("backoffice.stale_units")
     if not confirmed():
-        by_run = ledger.stale_counts_by_run()
+        by_run = operations.stale_by_run()
         count = sum(n for _, _, n in by_run)
         return render_template(
             "backoffice/confirm.html",
@@ -106,7 +155,7 @@ def retry_stale():
             message=f"This re-dispatches {_plural(count, 'stale unit')} across "
             f"{_plural(len(by_run), 'running run')}.",
         )
-    count, refusals = runner.retry_stale(actor=actor())
+    count, refusals = operations.retry_stale(actor())
     for refusal in refusals:
         flash(f"Skipped: {refusal}", "error")
     flash(f"Retrying {_plural(count, 'stale unit')}.", "success" if count else "info")

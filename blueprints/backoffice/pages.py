@@ -7,38 +7,33 @@ from flask_login import current_user
 
 from accounts.permissions import permission_required
 from blueprints import params
-from blueprints.backoffice import bp
-from taskrunner.contract import RunStatus
-from taskrunner.ledger import ledger
-from taskrunner.models import TaskRun
-from taskrunner.queries import InvalidCursor, Page
-from taskrunner.registry import registry
+from blueprints.backoffice import overview
+from blueprints.backoffice.blueprint import bp
+from taskrunner.contract import RunStatus, operations
 
 VIEW = "task-runner.runs.view"
 MANAGE = "task-runner.runs.manage"
 CAP = 20
+PARKED_CAP = 100
 
 
-def run_or_404(run_uuid: str) -> TaskRun:
-    run = ledger.find_run(params.run_uuid_or_404(run_uuid))
+def run_or_404(run_uuid: str):
+    run = operations.find_run(params.run_uuid_or_404(run_uuid))
     if run is None:
         abort(404, description="no such run")
     return run
 
 
-def paged(read, *args, **kwargs) -> Page:
+def paged(read, *args, **kwargs):
+    """The service's answer; a cursor that names nothing is the operator's 400."""
     try:
         return read(*args, **kwargs)
-    except InvalidCursor as exc:
+    except operations.InvalidCursor as exc:
         abort(400, description=f"bad cursor: {exc}")
 
 
 def can_manage() -> bool:
     return current_user.is_authenticated and current_user.has_permission(MANAGE)
-
-
-def retry_allowed(run: TaskRun) -> bool:
-    return run.status != RunStatus.CANCELLED and registry.find(run.type) is not None
 
 
 @bp.get("/")
@@ -51,17 +46,42 @@ def home():
 @permission_required(VIEW)
 def runs():
     filters = {"type_": params.text("type"), "status": params.run_status()}
-    page = paged(ledger.runs_page, limit=params.limit(), cursor=params.cursor(), **filters)
+    failed_within = params.choice("failed_within", ("24h",))
+    limit = params.limit()
+    page = paged(
+        operations.runs_page,
+        limit=limit,
+        cursor=params.cursor(),
+        failed_recently=failed_within is not None,
+        **filters,
+    )
+    running = [r.uuid for r in page.items if r.status == RunStatus.RUNNING]
+    listing = operations.run_list(page, filters["type_"])
     return render_template(
         "backoffice/runs.html",
         page=page,
-        counts=ledger.live_counts(page.items),
-        types=ledger.run_types(filters["type_"]),
+        counts=listing.counts,
+        stale=listing.stale,
+        retried=listing.retried,
+        paused=listing.paused,
+        idle=listing.idle,
+        charts=overview.current(),
+        types=listing.types,
         statuses=RunStatus,
         type_=filters["type_"],
         status=filters["status"],
-        refresh=any(r.status == RunStatus.RUNNING for r in page.items),
+        failed_within=failed_within,
+        limit=limit if request.args.get("limit") else None,
+        stream=url_for("backoffice.runs_stream", run=running) if page.items else None,
     )
+
+
+@bp.get("/overview")
+@permission_required(VIEW)
+def overview_strip():
+    """The throughput strip alone (what the run list shows above its table)."""
+    charts = overview.charts(operations.throughput())
+    return render_template("backoffice/overview.html", charts=charts)
 
 
 @bp.get("/task-runs/<run_uuid>")
@@ -70,26 +90,31 @@ def run(run_uuid: str):
     run = run_or_404(run_uuid)
     unit_status = params.unit_status()
     units = paged(
-        ledger.run_units_page, run, status=unit_status, limit=params.limit(), cursor=params.cursor()
+        operations.run_units, run, status=unit_status, limit=params.limit(), cursor=params.cursor()
     )
-    counts = ledger.run_counts(run)
+    detail = operations.run_detail(run, cap=CAP)
     return render_template(
         "backoffice/run.html",
         run=run,
-        counts=counts,
+        counts=detail.counts,
         units=units,
         unit_status=unit_status,
-        failed=ledger.run_units_page(run, status="failed", limit=CAP) if counts["failed"] else None,
-        skipped=(
-            ledger.run_units_page(run, status="skipped", limit=CAP) if counts["skipped"] else None
-        ),
-        stale=ledger.run_units_page(run, stale_only=True, limit=CAP) if counts["stale"] else None,
-        actions=ledger.run_actions(run),
-        events=ledger.run_events(run, limit=CAP),
+        failed=detail.failed,
+        skipped=detail.skipped,
+        stale=detail.stale,
+        actions=detail.actions,
+        events=detail.events,
+        parked=detail.parked,
         can_manage=can_manage(),
-        retry_allowed=retry_allowed(run),
-        refresh=run.status == RunStatus.RUNNING,
+        retry_allowed=detail.retry_allowed,
+        idle=detail.idle,
+        stream=(
+            url_for("backoffice.run_stream", run_uuid=run.uuid)
+            if run.status == RunStatus.RUNNING
+            else None
+        ),
         cap=CAP,
+        paused=detail.paused,
     )
 
 
@@ -97,14 +122,17 @@ def run(run_uuid: str):
 @permission_required(VIEW)
 def unit(run_uuid: str, unit_key: str):
     run = run_or_404(run_uuid)
-    found = ledger.find_unit(run, params.unit_key_or_404(unit_key))
-    if found is None:
+    detail = operations.unit_detail(run, params.unit_key_or_404(unit_key))
+    if detail is None:
         abort(404, description="no such unit in this run")
     return render_template(
         "backoffice/unit.html",
         run=run,
-        unit=found,
-        events=ledger.unit_events(run, found["unit_key"]),
+        unit=detail.unit,
+        events=detail.events,
+        can_manage=can_manage(),
+        retry_allowed=detail.retry_allowed,
+        paused=detail.paused,
     )
 
 
@@ -112,9 +140,14 @@ def unit(run_uuid: str, unit_key: str):
 @permission_required(VIEW)
 def errors(run_uuid: str):
     run = run_or_404(run_uuid)
-    groups = ledger.error_groups(run)
+    groups = operations.error_groups(run)
     return render_template(
-        "backoffice/errors.html", run=run, groups=groups, total=sum(g.count for g in groups)
+        "backoffice/errors.html",
+        run=run,
+        groups=groups,
+        total=sum(g.count for g in groups),
+        can_manage=can_manage(),
+        retry_allowed=operations.retry_allowed(run),
     )
 
 
@@ -125,21 +158,32 @@ def events(run_uuid: str):
     return render_template(
         "backoffice/events.html",
         run=run,
-        events=ledger.run_events(run, limit=params.limit(200, 1000)),
+        events=operations.run_events(run, limit=params.limit(200, 1000)),
     )
 
 
 @bp.get("/stale-units")
 @permission_required(VIEW)
 def stale_units():
-    page = paged(ledger.stale_units_page, limit=params.limit(100, 500), cursor=params.cursor())
-    by_run = ledger.stale_counts_by_run() if page.items else []
+    stale = paged(operations.stale_units, limit=params.limit(100, 500), cursor=params.cursor())
     return render_template(
         "backoffice/stale.html",
-        page=page,
-        by_run=by_run,
-        total=sum(n for _, _, n in by_run),
+        page=stale.page,
+        by_run=stale.by_run,
+        total=stale.total,
         can_manage=can_manage(),
+    )
+
+
+@bp.get("/parked-events")
+@permission_required(VIEW)
+def parked_events():
+    deliveries, total, max_attempts = operations.parked_events(limit=PARKED_CAP)
+    return render_template(
+        "backoffice/parked.html",
+        deliveries=deliveries,
+        total=total,
+        max_attempts=max_attempts,
     )
 
 
@@ -152,13 +196,13 @@ def history():
     page = None
     if key is not None or tenant is not None:
         page = paged(
-            ledger.unit_history,
+            operations.unit_history,
             unit_key=key,
             tenant_id=tenant,
             limit=params.limit(),
             cursor=params.cursor(),
         )
-    streak = ledger.failure_streak(page.items) if page and not request.args.get("cursor") else 0
+    streak = operations.failure_streak(page.items) if page and not request.args.get("cursor") else 0
     return render_template(
         "backoffice/history.html", page=page, key=key, tenant=tenant, streak=streak
     )

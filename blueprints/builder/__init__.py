@@ -1,37 +1,47 @@
 """Course-builder pages: the runs list, a run's stages and steps, and its live stream.
 
-The stream is server-sent events woken by the run's live key: it reads only
-that key while nothing changes and tells the page when it moved; the page then
-reloads its run section. A stream ends after ``BUILDER_STREAM_SECONDS`` (the
-browser reconnects by itself), so no web worker is held forever.
+The stream is server-sent events woken by the run's live topic (``live``): it
+reads only the topic's version while nothing changes and tells the page when it
+moved; the page then reloads its run section. The topic is a database row, so a
+bump made by a worker on any host reaches a stream on any web host. A stream ends
+after ``BUILDER_STREAM_SECONDS`` (the browser reconnects by itself), so no web
+worker is held forever.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 
-from flask import Blueprint, Response, abort, current_app, render_template, stream_with_context
-from sqlalchemy import select
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    stream_with_context,
+    url_for,
+)
+from flask_login import current_user
 
 from accounts.permissions import permission_required
 from blueprints import params
-from coursebuilder import live, reports
-from coursebuilder.models import GenerationRun, RunStatus
-from coursebuilder.service import UnknownRun
-from extensions import db
+from coursebuilder import reports, service
+from coursebuilder.service import BuilderError, RunStatus, UnknownRun, live_topic
+from live import topics as live
 
 bp = Blueprint("builder", __name__, url_prefix="/builder")
 
 VIEW = "course-builder.runs.view"
+MANAGE = "course-builder.runs.manage"
 PAGE_SIZE = 50
-POLL_SECONDS = 0.25
 
 
-def run_or_404(run_uuid: str) -> GenerationRun:
+def run_or_404(run_uuid: str):
     try:
-        return reports.find_run(run_uuid)
+        return service.find_run(run_uuid)
     except UnknownRun:
         abort(404, description="no such course build")
 
@@ -65,8 +75,42 @@ def run(run_uuid: str):
         status=status,
         progress=reports.progress(run, status),
         steps=reports.steps_of(run),
-        marker=live.marker(run.uuid),
+        marker=live.version(live_topic(run.uuid)),
+        can_retry=run.status == RunStatus.FAILED and current_user.has_permission(MANAGE),
     )
+
+
+@bp.post("/runs/<run_uuid>/retry")
+@permission_required(MANAGE)
+def retry(run_uuid: str):
+    """Resume a failed build from its failed stage, after a confirmation with the count."""
+    run = run_or_404(run_uuid)
+    back = url_for("builder.run", run_uuid=run.uuid)
+    if request.form.get("confirm") != "yes":
+        count = reports.retryable_steps(run)
+        return render_template(
+            "backoffice/confirm.html",
+            run=None,
+            count=count,
+            noun=("step", "steps"),
+            back=back,
+            action=url_for("builder.retry", run_uuid=run.uuid),
+            title="Retry this course build",
+            verb="Retry",
+            fields={},
+            message=f"This resumes “{run.title}” from its failed stage ({run.stage}): its "
+            "failed and not-run steps are queued again; completed steps keep their output.",
+        )
+    try:
+        stage, steps = service.retry(run.uuid, actor=current_user.email)
+    except BuilderError as exc:
+        flash(f"Not retried: {exc}", "error")
+    else:
+        flash(
+            f"Retrying stage {stage}: {steps:,} step{'' if steps == 1 else 's'} queued again.",
+            "success",
+        )
+    return redirect(back)
 
 
 @bp.get("/runs/<run_uuid>/stream")
@@ -82,22 +126,11 @@ def stream(run_uuid: str):
 
 
 def _events(run_id: int, run_uuid: str, seconds: float) -> Iterator[str]:
-    deadline = time.monotonic() + seconds
-    last = None
     yield "retry: 2000\n\n"
-    while True:
-        marker = live.marker(run_uuid)
-        if marker != last:
-            last = marker
-            db.session.rollback()  # see what the workers committed
-            status = db.session.execute(
-                select(GenerationRun.status, GenerationRun.stage).where(GenerationRun.id == run_id)
-            ).one()
-            payload = json.dumps({"marker": marker, "status": status.status, "stage": status.stage})
-            yield f"event: changed\ndata: {payload}\n\n"
-            if status.status != RunStatus.RUNNING:
-                yield f"event: finished\ndata: {payload}\n\n"
-                return
-        if time.monotonic() >= deadline:
+    for marker in live.follow(live_topic(run_uuid), seconds):
+        status, stage = service.run_state(run_id)
+        payload = {"marker": marker, "status": status, "stage": stage}
+        yield live.sse("changed", payload)
+        if status != RunStatus.RUNNING:
+            yield live.sse("finished", payload)
             return
-        time.sleep(POLL_SECONDS)

@@ -8,11 +8,7 @@ tenant is a 404, never a 403: a token never learns that it exists.
 
 from __future__ import annotations
 
-from flask import Blueprint
+from blueprints.tenant_api import auth, views  # noqa: F401 - routes and hooks
+from blueprints.tenant_api.blueprint import bp
 
-from extensions import csrf
-
-bp = Blueprint("tenant_api", __name__, url_prefix="/api/v1")
-csrf.exempt(bp)
-
-from blueprints.tenant_api import auth, views  # noqa: E402, F401 - routes and hooks
+__all__ = ["bp"]

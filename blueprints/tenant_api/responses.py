@@ -18,12 +18,6 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="seconds") + "Z" if value else None
 
 
-def error(status: int, code: str, message: str) -> Response:
-    response = jsonify(error=code, message=message)
-    response.status_code = status
-    return response
-
-
 def async_request(view: RequestView) -> dict[str, Any]:
     links = {"self": url_for("tenant_api.async_request", request_uuid=view.uuid)}
     if view.result and "statement_id" in view.result:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from flask import g, jsonify, request, url_for
 
 from asyncrequests.platform import find_for_tenant
-from blueprints.tenant_api import bp
-from blueprints.tenant_api.responses import async_request_response, error, statement
+from blueprints.problems import problem
+from blueprints.tenant_api.blueprint import bp
+from blueprints.tenant_api.responses import async_request_response, statement
 from payments.statement_requests import (
     StatementsUnavailable,
     request_statement,
@@ -15,6 +16,7 @@ from payments.statement_requests import (
 from payments.statements import StatementError
 
 NOT_FOUND = "no such resource"
+UNAVAILABLE_RETRY_SECONDS = 60
 
 
 @bp.post("/statements/requests")
@@ -23,15 +25,13 @@ def request_statement_view():
     body = request.get_json(silent=True)
     period = body.get("period") if isinstance(body, dict) else None
     if not isinstance(period, str):
-        return error(400, "bad_request", 'send a JSON body {"period": "YYYY-MM"}')
+        return problem(400, 'send a JSON body {"period": "YYYY-MM"}')
     try:
         view, _created = request_statement(g.tenant_id, period)
     except StatementsUnavailable as exc:
-        response = error(503, "unavailable", str(exc))
-        response.headers["Retry-After"] = "60"
-        return response
+        return problem(503, str(exc), retry_after=UNAVAILABLE_RETRY_SECONDS)
     except StatementError as exc:
-        return error(400, "bad_request", str(exc))
+        return problem(400, str(exc))
     response = async_request_response(view, 202 if view.pending else 200)
     response.headers["Location"] = url_for("tenant_api.async_request", request_uuid=view.uuid)
     return response
@@ -41,7 +41,7 @@ def request_statement_view():
 def async_request(request_uuid: str):
     view = find_for_tenant(g.tenant_id, request_uuid)
     if view is None:
-        return error(404, "not_found", NOT_FOUND)
+        return problem(404, NOT_FOUND)
     return async_request_response(view)
 
 
@@ -49,7 +49,7 @@ def async_request(request_uuid: str):
 def statement_view(statement_id: int):
     row = tenant_statement(g.tenant_id, statement_id)
     if row is None:
-        return error(404, "not_found", NOT_FOUND)
+        return problem(404, NOT_FOUND)
     response = jsonify(statement(row))
     response.headers["Content-Disposition"] = (
         f'attachment; filename="statement-{row.period}-{row.id}.json"'

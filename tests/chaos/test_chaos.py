@@ -15,7 +15,7 @@ import pytest
 
 from bench.chaos import ChaosPlan, ChaosRun
 from tests.conftest import BACKEND, IN_CI
-from tests.support import consumer_env
+from tests.support import process_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.workers]
 
@@ -24,7 +24,7 @@ CHAOS_SETTINGS = {"TASK_RUNNER_HEARTBEAT_SECONDS": 1, "TASK_RUNNER_NEVER_STARTED
 
 def run_chaos(make_app, tmp_path, plan: ChaosPlan):
     app = make_app(**CHAOS_SETTINGS)
-    report = ChaosRun(app, plan, tmp_path / "consumers", env=consumer_env(app)).execute()
+    report = ChaosRun(app, plan, tmp_path / "consumers", env=process_env(app)).execute()
     print("\n" + report.table())
     return report
 

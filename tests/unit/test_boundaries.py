@@ -46,16 +46,128 @@ def test_the_boundary_check_sees_a_forbidden_import(tmp_path):
     assert imported_packages(module) & CONSUMERS == {"payments", "tenancy"}
 
 
-def test_consumers_use_only_the_runners_public_contract():
-    internal = []
-    for package in ("payments", "diagnostics", "dlp", "tenancy"):
-        for path in (ROOT / package).rglob("*.py"):
-            tree = ast.parse(path.read_text())
-            for node in ast.walk(tree):
-                if (
-                    isinstance(node, ast.ImportFrom)
-                    and (node.module or "").startswith("taskrunner.")
-                    and node.module not in {"taskrunner.contract", "taskrunner.redaction"}
-                ):
-                    internal.append(f"{path.relative_to(ROOT)}: {node.module}")
+# The runner itself, its Huey wiring, the app factory that composes them, and the
+# harness and benchmarks that start its consumers as ``flask workers`` does.
+RUNNER_SIDE = {"taskrunner", "tasks", "app", "harness", "bench"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the house (tests and migrations are not part of it)."""
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = path.relative_to(ROOT).parts
+        if parts[0] in {"tests", "migrations"} or parts[0].startswith("."):
+            continue
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, anywhere in it (a function-level import
+    is an import too: deferring one is how a cycle hides)."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(resolve(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.add(full if full in modules else resolve(base))
+        graph[name] = {target for target in targets if target and target != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_of_the_house_imports_itself_through_others():
+    assert cycles(import_graph(project_modules())) == []
+
+
+def test_the_cycle_check_sees_a_cycle_hidden_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_import_graph_follows_deferred_and_relative_imports(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import views\n")
+    (tmp_path / "pkg" / "views.py").write_text("def f():\n    from pkg import helpers\n")
+    (tmp_path / "pkg" / "helpers.py").write_text("import pkg.views\n")
+    modules = {
+        "pkg": tmp_path / "pkg" / "__init__.py",
+        "pkg.views": tmp_path / "pkg" / "views.py",
+        "pkg.helpers": tmp_path / "pkg" / "helpers.py",
+    }
+    assert cycles(import_graph(modules)) == [["pkg.helpers", "pkg.views"]]
+
+
+def test_consumer_packages_import_only_the_runners_contract():
+    """Outside the runner, ``taskrunner.contract`` is the one door: no internal module of
+    the runner, and none of its Huey wiring (``tasks``)."""
+    graph = import_graph(project_modules())
+    internal = [
+        f"{name}: {target}"
+        for name, targets in graph.items()
+        if name.split(".")[0] not in RUNNER_SIDE
+        for target in sorted(targets)
+        if target.split(".")[0] in {"taskrunner", "tasks"} and target != "taskrunner.contract"
+    ]
     assert internal == []
+
+
+def test_the_runner_itself_never_goes_through_its_own_door():
+    """``taskrunner.contract`` imports the runner's internals; an internal importing it back
+    would close a loop (the shared types are in ``taskrunner.types``)."""
+    graph = import_graph(project_modules())
+    inward = [
+        name
+        for name, targets in graph.items()
+        if name.split(".")[0] in {"taskrunner", "tasks"}
+        and name != "taskrunner.contract"
+        and "taskrunner.contract" in targets
+    ]
+    assert inward == []

@@ -7,11 +7,13 @@ import json
 import pytest
 from sqlalchemy import select, update
 
-from coursebuilder import live, service
+from coursebuilder import service
 from coursebuilder.llm import FakeDriver
 from coursebuilder.models import GenerationEvent, GenerationRun, GenerationStep
 from extensions import db
+from live import topics as live
 from tenancy.models import Tenant
+from tests.support import huey_stop_interrupt, see_logs
 
 
 def add_tenant(tenant_id: int = 1) -> None:
@@ -101,7 +103,10 @@ def test_a_failed_step_fails_the_run_and_nothing_after_it_runs(inline_ctx):
     )
     steps = steps_of(run)
     assert (steps["lesson-2"].status, steps["lesson-2"].error) == ("failed", run.failure_reason)
-    assert (steps["lesson-3"].status, steps["lesson-3"].attempts) == ("pending", 0)
+    # What had not started is skipped, never left pending; the failed step says failed.
+    assert (steps["lesson-3"].status, steps["lesson-3"].attempts) == ("skipped", 0)
+    assert ("STEP_FAILED", "lesson-2") in [(e.kind, e.step) for e in events_of(run)]
+    assert ("STEP_FINISHED", "lesson-2") not in [(e.kind, e.step) for e in events_of(run)]
     assert not any(key.startswith(("quiz", "review")) for key in steps)
     assert [e.kind for e in events_of(run)].count("RUN_FINISHED") == 1
 
@@ -114,12 +119,31 @@ def test_a_vendor_error_leaves_only_its_class_name_in_the_reason(inline_ctx, mon
     add_tenant()
     run = run_of(service.start(1, "Tides", lessons=1, quizzes=0))
 
-    assert run.failure_reason == (
-        "step outline/outline-1 failed: unhandled builtins.RuntimeError — see logs"
+    assert see_logs(r"builtins\.RuntimeError", "step outline/outline-1 failed: ").fullmatch(
+        run.failure_reason
     )
     for table in ("builder_runs", "builder_steps", "builder_events"):
         rows = db.session.execute(db.metadata.tables[table].select()).all()
         assert "sk_live_LEAKED" not in repr(rows)
+
+
+def test_a_stop_masked_by_a_library_error_is_a_stop_not_a_failed_step(ctx, monkeypatch):
+    def stopped_mid_call(self, prompt):
+        try:
+            raise huey_stop_interrupt()  # what Huey raises in a worker it stops
+        finally:
+            raise RuntimeError("connection in transaction status ACTIVE")  # the mask
+
+    monkeypatch.setattr(FakeDriver, "complete", stopped_mid_call)
+    add_tenant()
+    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+
+    with pytest.raises(KeyboardInterrupt):  # so that Huey fires SIGNAL_INTERRUPTED
+        service.execute_step(steps_of(run)["outline-1"].id)
+
+    run = run_of(run.uuid)
+    assert (run.status, run.failure_reason) == ("running", None)
+    assert service.hand_back(steps_of(run)["outline-1"].id) is True
 
 
 def test_the_window_claims_at_most_concurrency_steps_and_enqueues_them(ctx):
@@ -166,10 +190,10 @@ def test_an_interrupted_step_is_handed_back_to_the_queue(ctx):
 def test_each_commit_moves_the_live_key(ctx):
     add_tenant()
     run_uuid = service.start(1, "Tides", lessons=1, quizzes=0, concurrency=1)
-    first = live.marker(run_uuid)
+    first = live.version(service.live_topic(run_uuid))
     assert first != "0"
     service.execute_step(steps_of(run_of(run_uuid))["outline-1"].id)
-    assert live.marker(run_uuid) != first
+    assert live.version(service.live_topic(run_uuid)) != first
 
 
 @pytest.mark.parametrize(
@@ -219,7 +243,14 @@ def test_builder_start_prints_the_uuid_last_and_status_prints_the_spec_shape(ctx
     assert [s["name"] for s in status["stages"]] == ["outline", "lessons", "quizzes", "review"]
     outline = status["stages"][0]
     assert set(outline) == {"name", "opened_at", "closed_at", "steps"}
-    assert outline["steps"] == {"total": 3, "pending": 3, "running": 0, "completed": 0, "failed": 0}
+    assert outline["steps"] == {
+        "total": 3,
+        "pending": 3,
+        "running": 0,
+        "completed": 0,
+        "failed": 0,
+        "skipped": 0,
+    }
     assert outline["opened_at"] and outline["closed_at"] is None
     assert status["events"] == [
         {"kind": "STAGE_OPENED", "stage": "outline", "step": None, "at": outline["opened_at"]}

@@ -9,6 +9,7 @@ from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
+from tests.support import see_logs
 
 
 def test_failing_units_are_contained_and_the_run_closes_with_failures(inline_ctx):
@@ -28,7 +29,7 @@ def test_failing_units_are_contained_and_the_run_closes_with_failures(inline_ctx
         ).all()
     )
     assert errors["probe-7"] == "probe unit 7 failed"
-    assert errors["probe-5"] == "unhandled sqlalchemy.exc.OperationalError — see logs"
+    assert see_logs(r"sqlalchemy\.exc\.OperationalError").fullmatch(errors["probe-5"])
     assert not any(FAKE_SECRET in e for e in errors.values())
 
 

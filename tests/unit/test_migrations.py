@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from flask_migrate import upgrade
@@ -11,8 +13,9 @@ from app import create_app
 from extensions import db
 from tests.conftest import PG_URL, ROOT, require_postgres
 
-# Its own scratch database, named after the test database so parallel suites never share it.
-DRIFT_DB = PG_URL.rsplit("/", 1)[1] + "_drift"
+# Its own scratch database, named after the test database and this process, so suites
+# running at once (CI runs both backends together) never share it.
+DRIFT_DB = f"{PG_URL.rsplit('/', 1)[1]}_drift_{os.getpid()}"
 
 
 def test_models_and_migrations_do_not_drift_on_postgresql():

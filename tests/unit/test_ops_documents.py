@@ -86,7 +86,7 @@ def runs_of(document: Document):
 
 
 def the_unit(run) -> dict:
-    [unit] = ledger.units_of(run)
+    [unit] = ledger.run_units_page(run).items
     return unit
 
 

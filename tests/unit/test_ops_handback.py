@@ -11,6 +11,7 @@ from taskrunner import runner
 from taskrunner.jobs import handed_back
 from taskrunner.ledger import ledger
 from tasks.queues import queues
+from tests.support import huey_stop_interrupt
 
 
 def fresh_run(run_uuid: str):
@@ -33,7 +34,7 @@ def test_an_interrupt_before_the_gate_still_hands_the_unit_back_with_a_new_job(c
     huey.execute(new_job)
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 1)
-    [unit] = ledger.units_of(run)
+    [unit] = ledger.run_units_page(run).items
     assert unit["attempts"] == 1
 
 
@@ -48,5 +49,32 @@ def test_an_interrupt_after_the_unit_settled_closes_its_run(ctx):
     handed_back(signals.SIGNAL_INTERRUPTED, job, "tasks")
 
     assert huey.dequeue() is None
+    run = fresh_run(handle.uuid)
+    assert (run.status, run.units_completed) == ("completed", 1)
+
+
+def test_a_stop_masked_by_a_library_error_hands_the_unit_back_instead_of_failing_it(
+    ctx, controlled
+):
+    def stopped_mid_statement(_unit):
+        controlled.during = None  # only the first attempt is stopped
+        try:
+            raise huey_stop_interrupt()  # what Huey raises in a worker it stops
+        finally:
+            # What SQLAlchemy's pool raised in its place, resetting the interrupted connection.
+            raise RuntimeError("can't change 'autocommit' now: connection in transaction")
+
+    controlled.during = stopped_mid_statement
+    handle = runner.start(controlled.type(), {"units": 1}, "test")
+    huey = queues().huey("tasks")
+    job = huey.dequeue()
+
+    huey.execute(job)  # Huey sees the interrupt: SIGNAL_INTERRUPTED, the unit is handed back
+
+    [unit] = ledger.run_units_page(fresh_run(handle.uuid)).items
+    assert (unit["status"], unit["last_error"]) == ("pending", None)
+    new_job = huey.dequeue()
+    assert new_job is not None and new_job.args[2] != job.args[2]
+    huey.execute(new_job)
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 1)

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timedelta
 
 import pytest
 
+from database import utcnow
 from extensions import db
 from taskrunner import runner
 from taskrunner.contract import register
 from taskrunner.ledger import ledger
-from taskrunner.registry import registry
-from taskrunner.reports import run_detail
+from taskrunner.reports import UNIT_LIST_CAP
 from tasks.queues import queues
 from tests.ops_types import HELD, HeldTask
 from tests.support import wait_for
+
+# Past the held type's thresholds (1.2 s), well inside every default one (minutes) and a
+# live heartbeat's interval: a moment to judge staleness at without waiting for it.
+PAST_HELD_THRESHOLDS = timedelta(minutes=1)
 
 
 @pytest.fixture
@@ -28,7 +33,6 @@ def held(ctx):
     register(task)
     yield task
     task.release.set()
-    registry.unregister(HELD)
 
 
 def fresh_run(run_uuid: str):
@@ -36,8 +40,10 @@ def fresh_run(run_uuid: str):
     return ledger.get_run(run_uuid)
 
 
-def stale_reasons(run_uuid: str) -> list[str | None]:
-    return [u["stale_reason"] for u in run_detail(fresh_run(run_uuid))["stale_units"]]
+def stale_reasons(run_uuid: str, now: datetime | None = None) -> list[str | None]:
+    """The reasons of the run's stale units as status lists them, judged at ``now``."""
+    page = ledger.run_units_page(fresh_run(run_uuid), stale_only=True, limit=UNIT_LIST_CAP, now=now)
+    return [u["stale_reason"] for u in page.items]
 
 
 def execute_in_thread() -> threading.Thread:
@@ -106,7 +112,7 @@ def test_a_unit_held_past_its_threshold_is_stale_once_per_episode_and_a_retry_he
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed, run.units_failed) == ("completed", 1, 0)
     assert run.finished_at == healed.finished_at
-    [unit] = ledger.units_of(run)
+    [unit] = ledger.run_units_page(run).items
     assert (unit["status"], unit["attempts"], unit["last_error"]) == ("completed", 3, None)
     assert sorted(held.finished) == ["u1", "u1", "u1"]
     assert ledger.count_events("tasks.run.completed", run) == 1
@@ -145,13 +151,10 @@ def test_units_whose_queued_jobs_were_lost_are_never_started_and_a_retry_heals_t
     held.hold = False
     handle = runner.start(HELD, {"units": 3}, "test")
     queues().huey("tasks").storage.flush_queue()  # the queue lost every job
+    later = utcnow() + PAST_HELD_THRESHOLDS
 
-    wait_for(
-        lambda: stale_reasons(handle.uuid) == ["never started"] * 3,
-        timeout=10,
-        message="three units never started",
-    )
-    assert ledger.mark_stuck() == 3
+    assert stale_reasons(handle.uuid, later) == ["never started"] * 3
+    assert ledger.mark_stuck(now=later) == 3
     assert drain() == 0
 
     result = cli.invoke(args=["tasks", "retry", handle.uuid])
@@ -160,7 +163,7 @@ def test_units_whose_queued_jobs_were_lost_are_never_started_and_a_retry_heals_t
     assert drain() == 3
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 3)
-    assert {u["attempts"] for u in ledger.units_of(run)} == {1}
+    assert {u["attempts"] for u in ledger.run_units_page(run).items} == {1}
     assert stale_reasons(handle.uuid) == []
 
 
@@ -171,8 +174,9 @@ def test_the_sweep_finds_stale_units_behind_a_large_batch_of_healthy_ones(held):
     handle = runner.start(HELD, {"units": 3}, "test")
     huey = queues().huey("tasks")
     huey.storage.flush_queue()
-    wait_for(lambda: len(stale_reasons(handle.uuid)) == 3, timeout=10, message="stale")
+    later = utcnow() + PAST_HELD_THRESHOLDS
+    assert len(stale_reasons(handle.uuid, later)) == 3
 
-    assert ledger.mark_stuck(limit=2) == 3
+    assert ledger.mark_stuck(limit=2, now=later) == 3
     assert stuck_events(handle.uuid) == 3
     assert ledger.count_events("tasks.unit.stuck", fresh_run(healthy.uuid)) == 0

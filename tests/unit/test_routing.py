@@ -14,7 +14,6 @@ import shlex
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -22,14 +21,15 @@ from sqlalchemy import select
 from coursebuilder import service
 from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
+from harness import process_tree
 from taskrunner import runner
-from taskrunner.dispatch import RUN_UNIT
+from taskrunner.dispatch import RUN_UNIT, queue_for
 from taskrunner.ledger import ledger
-from taskrunner.registry import registry
+from taskrunner.registry import registry_of
 from tasks import workers
-from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES, routes
+from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES, TYPE_ROUTES, routes
 from tenancy.models import Tenant
-from tests.support import ROOT, consumer_env, wait_for
+from tests.support import ROOT, process_env, wait_for
 
 DEPLOY = ROOT / "deploy" / "systemd"
 
@@ -41,8 +41,16 @@ def stuck_seconds(minutes: int | None, app) -> int:
 def test_every_queue_has_a_consumer_that_enforces_timeouts():
     assert set(QUEUES) == set(QUEUE_NAMES)
     for spec in QUEUES.values():
-        assert spec.enforces_timeouts, spec
+        # Hard (process workers) or, on the I/O lane's thread workers, soft.
+        assert spec.enforces_timeouts or spec.soft_timeouts, spec
         assert spec.workers >= 1
+
+
+def test_the_io_lane_runs_many_threads_and_hands_its_units_back_on_stop():
+    spec = QUEUES["io"]
+    assert (spec.worker_type, spec.timeouts, spec.stop) == ("thread", "soft", "hand-back")
+    assert spec.workers >= 16
+    assert set(TYPE_ROUTES.values()) <= set(QUEUE_NAMES)
 
 
 def test_every_job_is_routed_to_a_queue_whose_consumer_covers_its_timeout(app):
@@ -57,13 +65,16 @@ def test_every_job_is_routed_to_a_queue_whose_consumer_covers_its_timeout(app):
 
 def test_every_task_type_fits_its_queue_and_its_stuck_threshold(app):
     # The unit wrapper runs on every queue and takes its timeout from each type's options.
+    registry = registry_of(app)
     definitions = registry.definitions()
     assert {"diagnostics.probe", "payments.monthly_statements"} <= set(registry.types())
     for definition in definitions:
         options = definition.options()
-        assert options.queue in QUEUES, definition.type()
-        assert QUEUES[options.queue].enforces_timeouts
-        assert 0 < options.timeout <= QUEUES[options.queue].max_timeout, definition.type()
+        with app.app_context():
+            queue = queue_for(definition.type(), options)
+        assert queue in QUEUES, definition.type()
+        assert QUEUES[queue].enforces_timeouts or QUEUES[queue].soft_timeouts
+        assert 0 < options.timeout <= QUEUES[queue].max_timeout, definition.type()
         assert options.timeout < stuck_seconds(options.stuck_after_minutes, app), definition.type()
 
 
@@ -182,23 +193,6 @@ def test_the_systemd_units_match_the_routing_table():
     assert periodic_units == [("taskledger-queue-default.service", PERIODIC_QUEUE)]
 
 
-def process_tree(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree, stack = [], [pid]
-    while stack:
-        current = stack.pop()
-        tree.append(current)
-        stack.extend(children.get(current, []))
-    return tree
-
-
 @pytest.mark.workers
 def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path):
     """One lean consumer: a probe run (tasks) and a builder run complete; a timeout is hard."""
@@ -219,7 +213,7 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
     process = subprocess.Popen(
         lean.command,
         cwd=ROOT,
-        env=consumer_env(ctx),
+        env=process_env(ctx),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -287,7 +281,7 @@ def test_every_queue_is_its_own_huey_in_each_driver_variant(make_app, tmp_path, 
 
 
 def test_a_unit_job_carries_its_task_types_timeout_on_its_types_queue(ctx):
-    definition = registry.get("diagnostics.probe")
+    definition = registry_of(ctx).get("diagnostics.probe")
     options = definition.options()
     queue = ctx.extensions["queues"].huey(options.queue)
     queue.flush()
@@ -298,3 +292,23 @@ def test_a_unit_job_carries_its_task_types_timeout_on_its_types_queue(ctx):
     assert [task.name.rsplit(".", 2)[-2:] for task in pending] == [["taskrunner", "run_unit"]] * 2
     assert {task.timeout for task in pending} == {options.timeout}
     assert options.timeout != routes.jobs[RUN_UNIT].timeout  # the type's, not the default
+
+
+def test_a_declared_job_cannot_be_run_inline_by_calling_it(ctx):
+    from documents.forwarding import forward_to_provider
+
+    with pytest.raises(TypeError, match="use .enqueue"):
+        forward_to_provider("some-document")
+    assert service.run_step.name == service.STEP_JOB
+
+
+def test_a_job_handle_enqueues_on_the_queue_its_route_names(ctx):
+    from documents.forwarding import forward
+
+    hueys = ctx.extensions["queues"].all()
+    before = {name: huey.pending_count() for name, huey in hueys.items()}
+    forward("4f1c2a9e-0000-4000-8000-000000000000")
+    after = {name: huey.pending_count() for name, huey in hueys.items()}
+    assert {name for name in hueys if after[name] != before[name]} == {"default"}
+    (task,) = [t for t in hueys["default"].pending() if t.name == "documents.forward_to_provider"]
+    assert task.args == ("4f1c2a9e-0000-4000-8000-000000000000",)

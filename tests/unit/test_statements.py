@@ -59,7 +59,7 @@ def test_the_sweep_makes_one_statement_per_eligible_tenant_even_when_run_twice(i
 
     assert db.session.scalar(select(func.count()).select_from(Statement)) == 5
     db.session.rollback()
-    units = ledger.units_of(run, limit=10)
+    units = ledger.run_units_page(run, limit=10).items
     assert {u["tenant_id"] for u in units} == set(ids[:5])
 
 

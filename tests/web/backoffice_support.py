@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -13,7 +12,6 @@ from accounts.services import create_user
 from extensions import db
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import ledger
-from taskrunner.registry import registry
 from tests.factories import Broken, ControlledTask
 
 VIEW = "task-runner.runs.view"
@@ -82,11 +80,10 @@ def people(app) -> dict[str, Operator]:
 
 
 @pytest.fixture
-def controlled() -> Iterator[ControlledTask]:
+def controlled(make_app) -> ControlledTask:
     task = ControlledTask("tests.backoffice")
-    registry.register(task)
-    yield task
-    registry.unregister(task.type())
+    make_app.register(task)
+    return task
 
 
 __all__ = ["Broken", "controlled", "people", "web"]

@@ -29,17 +29,30 @@ READS = [
     "/backoffice/stale-units",
     "/backoffice/units?key=k2",
     "/backoffice/units?tenant=2",
+    "/backoffice/parked-events",
+    "/backoffice/workers",
+    "/backoffice/queues",
+    "/backoffice/search?q=acme",
+    "/backoffice/search?q={run}",
+    "/backoffice/overview",
+    "/backoffice/task-runs/{run}/stream",
+    "/backoffice/task-runs/stream?run={run}",
     "/api/v1/backoffice/task-runs",
     "/api/v1/backoffice/task-runs/{run}",
     "/api/v1/backoffice/task-runs/{run}/units",
     "/api/v1/backoffice/task-runs/{run}/errors",
     "/api/v1/backoffice/stale-units",
     "/api/v1/backoffice/units?key=k2",
+    "/api/v1/backoffice/workers",
+    "/api/v1/backoffice/queues",
+    "/api/v1/backoffice/search?q=k2",
 ]
 WRITES = [
     "/backoffice/task-runs/{run}/retry",
     "/backoffice/task-runs/{run}/cancel",
     "/backoffice/stale-units/retry",
+    "/backoffice/task-types/diagnostics.probe/pause",
+    "/backoffice/task-types/diagnostics.probe/resume",
 ]
 
 
@@ -100,7 +113,8 @@ def test_anonymous_reads_go_to_sign_in_or_get_401(web, run_uuid, path):
     url = path.format(run=run_uuid)
     if url.startswith("/api/"):
         response = web.get(url, status=401)
-        assert response.json == {"error": "authentication required"}
+        assert response.content_type == "application/problem+json"
+        assert (response.json["error"], response.json["status"]) == ("unauthorized", 401)
     else:
         response = web.get(url, status=302)
         assert response.location.startswith("/login?next=")
@@ -111,7 +125,8 @@ def test_reads_without_the_view_permission_are_forbidden(web, people, run_uuid, 
     sign_in(web, people["stranger"])
     response = web.get(path.format(run=run_uuid), status=403)
     if path.startswith("/api/"):
-        assert response.json["error"] == f"permission {VIEW} required"
+        assert response.json["error"] == "forbidden"
+        assert response.json["detail"] == f"permission {VIEW} required"
 
 
 @pytest.mark.parametrize("path", READS)

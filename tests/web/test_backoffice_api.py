@@ -128,6 +128,7 @@ def test_error_groups_fold_numbers_and_name_the_tenants(app, api):
     assert body["groups"] == [
         {
             "reason": "probe unit # failed",
+            "kind": "domain",
             "example": "probe unit 2 failed",
             "count": 3,
             "tenants": 2,
@@ -135,6 +136,7 @@ def test_error_groups_fold_numbers_and_name_the_tenants(app, api):
         },
         {
             "reason": "unhandled x.Vendor — see logs",
+            "kind": "vendor",
             "example": "unhandled x.Vendor — see logs",
             "count": 1,
             "tenants": 1,

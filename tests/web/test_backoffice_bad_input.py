@@ -143,8 +143,9 @@ def test_no_identifier_in_a_url_makes_a_500(setup, segment, api):
         f"/backoffice/task-runs/{run_uuid}/units/{quote(segment, safe='')}",
     ):
         response = web.get(path, expect_errors=True)
-        # An encoded "/" arrives decoded; Werkzeug merges the double slash with a 308.
-        assert response.status_int in (200, 308, 404), (path, response.status)
+        # An encoded "/" arrives decoded; Werkzeug merges the double slash with a 308, and
+        # "0/retry" names a POST-only route (405).
+        assert response.status_int in (200, 308, 404, 405), (path, response.status)
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,35 @@ def test_the_stream_of_a_running_run_ends_after_its_time_limit(builder_app, buil
     assert body.count("event: changed") == 1 and "event: finished" not in body
 
 
+def test_a_step_finished_on_another_host_moves_the_page_of_this_one(
+    make_app, builder_app, builder_web, tmp_path
+):
+    # A worker host with an instance folder of its own: nothing it leaves there may matter.
+    worker_host = make_app()
+    worker_host.instance_path = str(tmp_path / "worker-host")
+    with worker_host.app_context():
+        run_uuid = service.start(4, "Deltas", lessons=1, quizzes=0, concurrency=1)
+        db.session.remove()
+
+    def marker() -> str:
+        return builder_web.get(f"/builder/runs/{run_uuid}").html.find(id="builder-run")[
+            "data-marker"
+        ]
+
+    before = marker()
+    with worker_host.app_context():
+        step = db.session.execute(
+            select(GenerationStep).where(GenerationStep.key == "outline-1")
+        ).scalar_one()
+        service.execute_step(step.id)
+        db.session.remove()
+
+    after = marker()
+    assert after != before
+    stream = builder_web.get(f"/builder/runs/{run_uuid}/stream").text
+    assert f'"marker": "{after}"' in stream
+
+
 @pytest.mark.parametrize(
     "path",
     [
@@ -117,3 +146,65 @@ def test_the_pages_need_a_sign_in_and_the_builder_permission(builder_app):
     sign_in(web, other)
     for path in ("/builder/runs", f"/builder/runs/{run_uuid}", f"/builder/runs/{run_uuid}/stream"):
         web.get(path, status=403)
+
+
+def test_the_builder_pages_name_the_tenant(builder_app, builder_web):
+    run_uuid = start_run(builder_app)
+    assert "Umbrella" in builder_web.get("/builder/runs").text
+    assert "Umbrella" in builder_web.get(f"/builder/runs/{run_uuid}").text
+
+
+BUILDER_MANAGE = "course-builder.runs.manage"
+
+
+def builder_operator(app, *permissions: str):
+    with app.app_context():
+        who = make_user(f"{len(permissions)}-builder@example.test", *permissions)
+    web = browser(app)
+    sign_in(web, who)
+    return web
+
+
+def test_a_failed_build_is_retried_from_its_failed_stage_after_a_confirmation(builder_app):
+    run_uuid = start_run(builder_app, fail_first=True)
+    web = builder_operator(builder_app, BUILDER_VIEW, BUILDER_MANAGE)
+    page = web.get(f"/builder/runs/{run_uuid.upper()}")
+    # The failed step says failed; the steps that never started say skipped, not pending.
+    statuses = {
+        row.select_one("td.key").text: row.select_one(".pill").text
+        for row in page.html.select("table.steps tbody tr")
+    }
+    assert statuses == {"outline-1": "failed", "outline-2": "skipped"}
+    assert "STEP_FAILED" in page.text
+
+    confirm = page.forms[1].submit()
+    assert confirm.html.select_one(".confirm-count").get_text(" ", strip=True) == "2 steps"
+    done = confirm.forms["confirm"].submit().follow()
+    assert "Retrying stage outline: 2 steps queued again." in done.text
+    assert done.html.find(id="builder-run")["data-run-status"] == "running"
+    with builder_app.app_context():
+        steps = db.session.execute(select(GenerationStep.key, GenerationStep.status)).all()
+    assert {status for _, status in steps} <= {"pending", "queued"}
+
+
+def test_retrying_a_build_needs_the_manage_permission(builder_app):
+    run_uuid = start_run(builder_app, fail_first=True)
+    viewer = builder_operator(builder_app, BUILDER_VIEW)
+    page = viewer.get(f"/builder/runs/{run_uuid}")
+    assert "Retry from stage" not in page.text
+    token = page.forms[0]["csrf_token"].value
+    viewer.post(f"/builder/runs/{run_uuid}/retry", {"csrf_token": token}, status=403)
+    anonymous = browser(builder_app)
+    response = anonymous.post(f"/builder/runs/{run_uuid}/retry", status=[302, 400])
+    assert response.status_int == 400 or response.location.startswith("/login")
+
+
+def test_a_running_build_cannot_be_retried(builder_app):
+    run_uuid = start_run(builder_app)
+    web = builder_operator(builder_app, BUILDER_VIEW, BUILDER_MANAGE)
+    token = web.get(f"/builder/runs/{run_uuid}").forms[0]["csrf_token"].value
+    answer = web.post(
+        f"/builder/runs/{run_uuid}/retry", {"csrf_token": token, "confirm": "yes"}
+    ).follow()
+    assert "Not retried: run" in answer.text and "only a failed run can be retried" in answer.text
+    web.post(f"/builder/runs/{UNKNOWN}/retry", {"csrf_token": token}, status=404)

@@ -21,6 +21,7 @@ from extensions import db
 from payments.models import Statement
 from payments.statements import TYPE, generate_statement, start_monthly_statements
 from taskrunner.ledger import ledger
+from tests.support import see_logs
 from tests.web.tenant_api_support import (
     DRIVER_SECRET,
     PERIOD,
@@ -46,7 +47,7 @@ def tenant(app):
 
 def statement_runs(app) -> list:
     with app.app_context():
-        runs = ledger.recent_runs(limit=50, type_=TYPE)
+        runs = ledger.runs_page(limit=50, type_=TYPE).items
         return [(r.uuid, r.status, r.initiator, dict(r.context)) for r in runs]
 
 
@@ -149,7 +150,7 @@ def test_a_bad_request_body_is_a_400_with_a_reason_and_creates_nothing(
 
     res = client.post_json(REQUESTS, body, headers=bearer(token), status=400)
 
-    assert message in res.json["message"]
+    assert message in res.json["detail"]
     with app.app_context():
         assert db.session.scalar(select(func.count()).select_from(AsyncRequest)) == 0
     assert statement_runs(app) == []
@@ -167,12 +168,12 @@ def test_a_tenant_out_of_standing_has_no_statement_to_ask_for(app, client):
     with app.app_context():
         from asyncrequests import tokens
 
-        tenant_id = make_tenant("Gone", status="closed")
+        tenant_id = make_tenant("Gone", status="suspended")
         token = tokens.issue(tenant_id).token
 
     res = client.post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token), status=400)
 
-    assert "no statement for the period" in res.json["message"]
+    assert "no statement for the period" in res.json["detail"]
     assert statement_runs(app) == []
 
 
@@ -189,8 +190,8 @@ def test_a_queue_that_is_down_fails_the_request_and_answers_503(make_app):
     with app.app_context():
         request = db.session.execute(select(AsyncRequest)).scalar_one()
         assert request.status == "failed"
-        assert request.reason == "unhandled redis.exceptions.ConnectionError — see logs"
-        [run] = ledger.recent_runs(type_=TYPE)
+        assert see_logs(r"redis\.exceptions\.ConnectionError").fullmatch(request.reason)
+        [run] = ledger.runs_page(type_=TYPE).items
         # The runner's wedge guard closed the run: nothing is left waiting on a lost job.
         assert run.status == "failed"
 
@@ -207,7 +208,7 @@ def test_inline_the_job_completes_the_request_and_the_statement_downloads(inline
     with inline_app.app_context():
         statement = db.session.execute(select(Statement)).scalar_one()
         assert (statement.tenant_id, statement.period) == (tenant_id, PERIOD)
-        [run] = ledger.recent_runs(type_=TYPE)
+        [run] = ledger.runs_page(type_=TYPE).items
         assert (run.status, run.units_total, run.units_completed) == ("completed", 1, 1)
     assert result == {
         "statement_id": statement.id,
@@ -234,11 +235,11 @@ def test_inline_a_failing_statement_job_fails_the_request_and_the_unit_with_one_
     with statements_table_failing(inline_app):
         res = client.post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token), status=200)
     with inline_app.app_context():
-        [run] = ledger.recent_runs(type_=TYPE)
-        [unit] = ledger.units_of(run, statuses=["failed"])
+        [run] = ledger.runs_page(type_=TYPE).items
+        [unit] = ledger.run_units_page(run, status="failed").items
 
     assert res.json["status"] == "failed"
-    assert re.fullmatch(r"unhandled sqlalchemy\.exc\.\w+ — see logs", res.json["reason"])
+    assert see_logs(r"sqlalchemy\.exc\.\w+").fullmatch(res.json["reason"])
     assert DRIVER_SECRET not in res.text
     assert unit["last_error"] == res.json["reason"]
     assert run.status == "failed"
@@ -276,5 +277,6 @@ def test_nothing_a_tenant_sends_produces_a_server_error(
     )
 
     assert posted.status_int in (200, 202, 400), posted.text
-    assert polled.status_int in (200, 404), polled.text
+    # An encoded "/" leaves an empty path segment, which routing merges with a 308.
+    assert polled.status_int in ((200, 308, 404) if "/" in request_id else (200, 404)), polled.text
     assert fetched.status_int in (200, 404), fetched.text

@@ -14,7 +14,7 @@ import pytest
 from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
-from taskrunner.reports import run_detail
+from taskrunner.operations import run_report
 from tests import ops_types
 from tests.ops_types import EXTRA_MODULES, SLOW
 from tests.support import Consumers, wait_for
@@ -30,12 +30,11 @@ def ops_ctx(make_app, tmp_path):
     with app.app_context():
         yield pool
     pool.stop_all()
-    ops_types.unregister_all()
 
 
 def counts(run_uuid: str) -> dict[str, int]:
     db.session.rollback()
-    return run_detail(ledger.get_run(run_uuid))["units"]
+    return run_report(ledger.get_run(run_uuid))["units"]
 
 
 def run_status(run_uuid: str) -> str:
@@ -64,9 +63,9 @@ def test_sigterm_mid_run_hands_units_back_and_a_new_consumer_completes_them_all(
     ops_ctx.start("tasks", workers=2, **EXTRA_MODULES)
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=60, message="the run to close")
     run = ledger.get_run(handle.uuid)
-    detail = run_detail(run)
+    detail = run_report(run)
     assert (run.status, run.units_completed, run.units_failed) == ("completed", 20, 0)
     assert detail["units"]["stale"] == 0
-    assert ledger.actions_of(run) == []  # no retry: nobody had to do anything
+    assert ledger.run_actions(run) == []  # no retry: nobody had to do anything
     assert ledger.count_events("tasks.unit.stuck", run) == 0
     assert ledger.count_events("tasks.run.completed", run) == 1

@@ -7,7 +7,7 @@ import pytest
 from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
-from taskrunner.reports import run_detail
+from taskrunner.operations import run_report
 from tests import ops_types
 from tests.ops_types import EXTRA_MODULES, SLOW
 from tests.support import Consumers, wait_for
@@ -23,13 +23,12 @@ def ops_ctx(make_app, tmp_path):
     with app.app_context():
         yield pool
     pool.stop_all()
-    ops_types.unregister_all()
 
 
 def unit(run_uuid: str) -> dict:
     db.session.rollback()
-    detail = run_detail(ledger.get_run(run_uuid))
-    [only] = ledger.units_of(ledger.get_run(run_uuid))
+    detail = run_report(ledger.get_run(run_uuid))
+    [only] = ledger.run_units_page(ledger.get_run(run_uuid)).items
     stale = {u["unit_key"]: u for u in detail["stale_units"]}
     return stale.get(only["unit_key"], only)
 

@@ -41,7 +41,6 @@ def throttled(make_app, tmp_path):
     for pool, context in made:
         pool.stop_all()
         context.pop()
-    ops_types.unregister_all()
 
 
 def run_status(run_uuid: str) -> str:
@@ -56,7 +55,7 @@ def test_a_type_limited_to_30_per_window_runs_90_units_without_spending_tries(th
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=90, message="the run to end")
 
     run = ledger.get_run(handle.uuid)
-    units = ledger.units_of(run, limit=100)
+    units = ledger.run_units_page(run, limit=100).items
     assert (run.status, run.units_completed, run.units_failed) == ("completed", 90, 0)
     assert {u["attempts"] for u in units} == {1}
     # At most 30 units may start per window, so 90 units span at least three windows.
@@ -74,12 +73,14 @@ def test_a_tiny_drain_horizon_fails_the_throttled_tail_as_expired_and_the_run_cl
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=60, message="the run to end")
 
     run = ledger.get_run(handle.uuid)
-    units = ledger.units_of(run, limit=100)
+    units = ledger.run_units_page(run, limit=100).items
     completed = [u for u in units if u["status"] == "completed"]
     expired = [u for u in units if u["status"] == "failed"]
     assert len(completed) + len(expired) == 90
-    # Within 1.5 s at most two windows were open: at least a third of the units expired.
-    assert len(expired) >= 30
+    # Within 1.5 s at most two windows were open: about a third of the units expired. Not
+    # exactly: Huey's fixed window resets its counter on the first acquire of a new window
+    # without a lock, so each of the two workers can take one slot the counter forgets.
+    assert len(expired) >= 30 - 2 * 2
     assert {u["last_error"] for u in expired} == {EXPIRED}
     assert {u["attempts"] for u in expired} == {0}
     assert {u["attempts"] for u in completed} <= {1}

@@ -9,7 +9,7 @@ from diagnostics.probe import FAKE_CARD, FAKE_SECRET
 from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
-from tests.support import wait_for
+from tests.support import see_logs, wait_for
 
 pytestmark = pytest.mark.workers
 
@@ -35,9 +35,11 @@ def test_a_thousand_unit_probe_run_ends_with_exact_counts_and_no_secret(ctx, con
     assert ledger.count_events("tasks.run.completed", run) == 0
     assert ledger.count_events("tasks.run.failed", run) == 1
     assert ledger.count_events("tasks.unit.failed", run) == 228
-    vendor = ledger.units_of(run, statuses=["failed"], limit=1000)
+    vendor = ledger.run_units_page(run, status="failed", limit=1000).items
     reasons = {u["last_error"] for u in vendor}
-    assert "unhandled sqlalchemy.exc.OperationalError — see logs" in reasons
+    vendor_reasons = [r for r in reasons if r.startswith("unhandled")]
+    assert len(vendor_reasons) == 128, "one error reference per failed unit"
+    assert all(see_logs(r"sqlalchemy\.exc\.OperationalError").fullmatch(r) for r in vendor_reasons)
     assert "probe unit 10 failed" in reasons
     assert all(u["attempts"] == 1 for u in vendor)
     for secret in (FAKE_SECRET, FAKE_CARD):

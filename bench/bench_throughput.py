@@ -1,0 +1,422 @@
+"""Throughput of the task runner, side by side with its floor and its peer, in one run.
+
+- the peer: a Celery group of 2,000 no-op tasks (prefork, the same concurrency, the
+  same Redis server, results stored) against a 2,000-unit tracked run, each timed
+  from its start until every task's result is stored / the run is closed with its
+  ``tasks.run.completed`` event;
+- the I/O lane: 2,000 units that each wait 50 ms, on the process lane (``tasks``,
+  ``-k process -w 2``) and on the I/O lane (``io``, ``-k thread -w 32``), start to
+  close, with the CPU time and the peak RSS of each lane's consumer;
+- the scaling shape: tracked no-op completion with 1, 2 and 4 worker processes;
+- the embedded backend: tracked no-op completion on SQLite + SqliteHuey against bare
+  SqliteHuey's no-op drain, in the same run.
+
+Databases ``BENCH_THROUGHPUT_DATABASE_URL`` (default ``…/bench_throughput``, reset
+by the benchmark), Redis ``BENCH_THROUGHPUT_REDIS_URL`` (default db 6) for our
+queues and ``BENCH_CELERY_REDIS_URL`` (default db 7) for Celery's broker and results.
+Run alone: ``python -m bench.bench_throughput [--quick]``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+from bench.bench_runner import analyze, figure
+from harness import (
+    ProcessPool,
+    build_app,
+    fresh_postgres_app,
+    huey_consumer,
+    process_env,
+    process_tree,
+    wait_for,
+)
+
+DATABASE_URL = os.environ.get(
+    "BENCH_THROUGHPUT_DATABASE_URL",
+    "postgresql+psycopg://postgres@127.0.0.1:5432/bench_throughput",
+)
+REDIS_URL = os.environ.get("BENCH_THROUGHPUT_REDIS_URL", "redis://127.0.0.1:6379/6")
+CELERY_REDIS_URL = os.environ.get("BENCH_CELERY_REDIS_URL", "redis://127.0.0.1:6379/7")
+WORKERS = 2
+PEER_UNITS = 2_000
+WAIT_MS = 50
+PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a consumer and its live workers."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICKS
+
+
+def rss_mb(pid: int) -> float:
+    total = 0
+    for member in process_tree(pid):
+        try:
+            total += int(Path(f"/proc/{member}/statm").read_text().split()[1])
+        except OSError:
+            continue
+    return total * PAGE / 1024 / 1024
+
+
+class ThroughputBench:
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.rate_n = 2_000 if quick else 5_000
+        self.io_n = 500 if quick else 2_000
+        self.log_dir = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
+        self.app = self._postgres_app()
+        self.pool = ProcessPool(process_env(self.app), self.log_dir)
+        self.values: dict[str, float] = {}
+
+    def _postgres_app(self) -> Flask:
+        app = fresh_postgres_app(
+            DATABASE_URL, self.log_dir, QUEUE_DRIVER="redis", REDIS_URL=REDIS_URL
+        )
+        with app.app_context():
+            for huey in app.extensions["queues"].all().values():
+                huey.flush()
+        return app
+
+    def measure(self) -> dict[str, Any]:
+        try:
+            with self.app.app_context():
+                self._peer()
+                self._io_lane()
+                self._scaling()
+            self._embedded()
+        finally:
+            self.pool.stop_all()
+            with self.app.app_context():
+                for huey in self.app.extensions["queues"].all().values():
+                    huey.flush()
+        return self._report()
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _consumer(self, command: list[str], warm_type: str | None = None) -> subprocess.Popen:
+        """A consumer started and warmed by a 4-unit run (its boot is not measured)."""
+        process = self.pool.spawn(command, name="consumer")
+        if warm_type:
+            self._timed_run(warm_type, {"units": 4})
+        return process
+
+    def _timed_run(
+        self, type_: str, context: dict[str, Any], sample: Callable[[], None] | None = None
+    ) -> float:
+        """Seconds from ``start_run`` until the run is closed with its completion event."""
+        from taskrunner import runner
+        from taskrunner.ledger import ledger
+
+        began = time.perf_counter()
+        handle = runner.start(type_, context, "bench")
+
+        def closed() -> bool:
+            if sample:
+                sample()
+            ledger.session.rollback()
+            run = ledger.get_run(handle.uuid)
+            return run.status != "running" and (
+                ledger.count_events("tasks.run.completed", run) == 1
+            )
+
+        wait_for(closed, timeout=900, interval=0.01, message=f"a {type_} run to close")
+        elapsed = time.perf_counter() - began
+        ledger.session.rollback()
+        run = ledger.get_run(handle.uuid)
+        assert (run.status, run.units_completed) == ("completed", context["units"]), run.status
+        return elapsed
+
+    # -- the peer: Celery ----------------------------------------------------------------
+
+    def _peer(self) -> None:
+        from diagnostics.probe import TYPE
+
+        # Both sides log warnings only (Celery's worker default; ``-q`` for Huey's
+        # consumer): per-task log lines would be measured otherwise, on our side alone.
+        ours = self._consumer(
+            [*huey_consumer("tasks.consumer.tasks", WORKERS), "-q"], warm_type=TYPE
+        )
+        self.values["ours_2000"] = self._timed_run(TYPE, {"units": PEER_UNITS})
+        self.pool.stop(ours)
+        self.values["celery_2000"] = celery_group_seconds(self.pool, PEER_UNITS)
+
+    # -- the I/O lane ------------------------------------------------------------------
+
+    def _io_lane(self) -> None:
+        from diagnostics.probe import TYPE, VENDOR_TYPE
+        from tasks.workers import consumer_command
+
+        lanes = (
+            ("process", TYPE, huey_consumer("tasks.consumer.tasks", WORKERS)),
+            ("io", VENDOR_TYPE, consumer_command("io")),
+        )
+        for lane, type_, command in lanes:
+            process = self._consumer(command, warm_type=type_)
+            peak = [rss_mb(process.pid)]
+            last = [0.0]
+
+            def sample(
+                pid: int = process.pid, peak: list[float] = peak, last: list[float] = last
+            ) -> None:
+                now = time.monotonic()
+                if now - last[0] > 0.1:
+                    last[0] = now
+                    peak[0] = max(peak[0], rss_mb(pid))
+
+            cpu = cpu_seconds(process.pid)
+            seconds = self._timed_run(type_, {"units": self.io_n, "sleep_ms": WAIT_MS}, sample)
+            self.values[f"{lane}_lane_seconds"] = seconds
+            self.values[f"{lane}_lane_cpu"] = cpu_seconds(process.pid) - cpu
+            self.values[f"{lane}_lane_rss"] = peak[0]
+            self.pool.stop(process)
+
+    # -- scaling -------------------------------------------------------------------------
+
+    def _scaling(self) -> None:
+        from diagnostics.probe import TYPE, ProbeTask
+        from taskrunner import dispatch as dispatching
+        from taskrunner.ledger import ledger
+
+        huey = self.app.extensions["queues"].huey("tasks")
+        for workers in (1, 2, 4):
+            context = {"units": self.rate_n}
+            dispatch = ledger.create_run(TYPE, context, "bench", ProbeTask().units(context), 5000)
+            analyze()
+            dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+
+            def closed(run_uuid: str = dispatch.run_uuid) -> bool:
+                ledger.session.rollback()
+                return ledger.get_run(run_uuid).status != "running"
+
+            self.values[f"scale_{workers}"] = drain_rate(
+                self.pool, huey, self.rate_n, huey_consumer("tasks.consumer.tasks", workers), closed
+            )
+
+    # -- the embedded backend ------------------------------------------------------------
+
+    def _embedded(self) -> None:
+        folder = self.log_dir / "embedded"
+        folder.mkdir()
+        app = build_app(
+            {
+                "SQLALCHEMY_DATABASE_URI": f"sqlite:///{folder / 'ledger.db'}",
+                "QUEUE_DRIVER": "sqlite",
+                "QUEUE_SQLITE_PATH": str(folder / "queue.sqlite3"),
+                "SECRET_KEY": "bench",
+                "INSTANCE_PATH": str(folder),
+                "LOG_FILE": str(folder / "bench.log"),
+            }
+        )
+        bare_path = folder / "bare.sqlite3"
+        pool = ProcessPool(process_env(app, BENCH_BARE_SQLITE_PATH=str(bare_path)), folder / "logs")
+        from bench import bare_sqlite_huey
+
+        try:
+            bare, noop = bare_sqlite_huey.make(str(bare_path))
+            for i in range(self.rate_n):
+                noop(i)
+            self.values["sqlite_bare_noop"] = drain_rate(
+                pool,
+                bare,
+                self.rate_n,
+                huey_consumer("bench.bare_sqlite_huey.huey", WORKERS),
+                lambda: bare.pending_count() == 0,
+            )
+            with app.app_context():
+                from diagnostics.probe import TYPE, ProbeTask
+                from taskrunner import dispatch as dispatching
+                from taskrunner.ledger import ledger
+
+                context = {"units": self.rate_n}
+                dispatch = ledger.create_run(
+                    TYPE, context, "bench", ProbeTask().units(context), 5000
+                )
+                dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+                ours = app.extensions["queues"].huey("tasks")
+
+                def closed() -> bool:
+                    ledger.session.rollback()
+                    return ledger.get_run(dispatch.run_uuid).status != "running"
+
+                self.values["sqlite_tracked"] = drain_rate(
+                    pool, ours, self.rate_n, huey_consumer("tasks.consumer.tasks", WORKERS), closed
+                )
+                ledger.session.rollback()
+                run = ledger.get_run(dispatch.run_uuid)
+                assert (run.status, run.units_completed) == ("completed", self.rate_n)
+                from extensions import db
+
+                db.session.remove()
+                db.engine.dispose()
+        finally:
+            pool.stop_all()
+
+    # -- the figures ---------------------------------------------------------------------
+
+    def _report(self) -> dict[str, Any]:
+        v = self.values
+        peer_ratio = v["ours_2000"] / v["celery_2000"]
+        io_ratio = v["process_lane_seconds"] / v["io_lane_seconds"]
+        sqlite_ratio = v["sqlite_tracked"] / v["sqlite_bare_noop"]
+        io_label = f"{self.io_n:,}-unit run of {WAIT_MS} ms waits"
+        figures = [
+            figure(
+                f"ours: {PEER_UNITS:,}-unit no-op run, start to closed with event",
+                v["ours_2000"],
+                "s",
+            ),
+            figure(
+                f"Celery: group of {PEER_UNITS:,} no-op tasks, start to every result stored",
+                v["celery_2000"],
+                "s",
+            ),
+            figure(
+                "ours / Celery, same 2,000 no-ops", peer_ratio, "×", "≤ 0.8 ×", peer_ratio <= 0.8
+            ),
+            figure(f"{io_label}: process lane (-w 2)", v["process_lane_seconds"], "s"),
+            figure(f"{io_label}: I/O lane (threads -w 32)", v["io_lane_seconds"], "s"),
+            figure(
+                "I/O lane speed-up over the process lane",
+                io_ratio,
+                "×",
+                "≥ 6 ×",
+                io_ratio >= 6,
+                digits=1,
+            ),
+            figure(
+                "process lane: consumer CPU during its run", v["process_lane_cpu"], "s", digits=2
+            ),
+            figure("I/O lane: consumer CPU during its run", v["io_lane_cpu"], "s", digits=2),
+            figure("process lane: consumer peak RSS", v["process_lane_rss"], "MB", digits=0),
+            figure("I/O lane: consumer peak RSS", v["io_lane_rss"], "MB", digits=0),
+            *(
+                figure(
+                    f"tracked no-op completion, {w} worker process{'es' if w > 1 else ''}",
+                    v[f"scale_{w}"],
+                    "units/s",
+                    digits=0,
+                )
+                for w in (1, 2, 4)
+            ),
+            figure(
+                "SQLite + SqliteHuey: bare no-op drain", v["sqlite_bare_noop"], "tasks/s", digits=0
+            ),
+            figure(
+                "SQLite + SqliteHuey: tracked no-op completion",
+                v["sqlite_tracked"],
+                "units/s",
+                digits=0,
+            ),
+            figure(
+                "SQLite: tracked completion / bare no-op drain",
+                sqlite_ratio * 100,
+                "%",
+                "≥ 20 %",
+                sqlite_ratio >= 0.2,
+                digits=1,
+            ),
+        ]
+        notes = (
+            f"Consumers `-k process -w {WORKERS}` unless named; Celery `worker -P prefork "
+            f"-c {WORKERS}` with its Redis result backend, measured right after ours on the "
+            "same machine; both sides' consumers were up and warm before the clock started, "
+            "both logging warnings only (ours `-q`, Celery's default level). "
+            f"Scaling and SQLite rates: {self.rate_n:,} tasks, from the first dequeue until "
+            "the run closed (or the queue emptied). The machine has 2 cores shared with "
+            "PostgreSQL and Redis, so 4 worker processes cannot scale past 2. Logs: "
+            + str(self.log_dir)
+        )
+        return {"figures": figures, "notes": notes}
+
+
+def drain_rate(
+    pool: ProcessPool, huey, n: int, command: list[str], done: Callable[[], bool]
+) -> float:
+    """Tasks per second from the first dequeue until ``done``, on one fresh consumer."""
+    assert huey.pending_count() == n, "the queue must hold exactly the measured tasks"
+    process = pool.spawn(command, name="consumer")
+
+    def dequeued() -> tuple[int] | None:
+        waiting = huey.pending_count()
+        return (waiting,) if waiting < n else None
+
+    (left,) = wait_for(dequeued, timeout=120, interval=0.002, message="the first dequeue")
+    began = time.perf_counter()
+    wait_for(done, timeout=900, interval=0.005, message="the drain")
+    elapsed = time.perf_counter() - began
+    pool.stop(process)
+    return left / elapsed
+
+
+def celery_group_seconds(pool: ProcessPool, n: int) -> float:
+    """A Celery group of ``n`` no-ops on a warm prefork worker, until every result is in."""
+    os.environ["BENCH_CELERY_REDIS_URL"] = CELERY_REDIS_URL
+    import redis
+    from celery import group
+
+    from bench import celery_peer
+
+    redis.Redis.from_url(CELERY_REDIS_URL).flushdb()
+    worker = pool.spawn(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.celery_peer",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(WORKERS),
+            "--loglevel=WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        name="celery",
+        BENCH_CELERY_REDIS_URL=CELERY_REDIS_URL,  # the pool's environment predates it
+    )
+    try:
+        celery_peer.noop.delay(0).get(timeout=120)  # the worker is up and warm
+        began = time.perf_counter()
+        result = group(celery_peer.noop.s(i) for i in range(n)).apply_async()
+        result.get(timeout=900)
+        elapsed = time.perf_counter() - began
+        assert result.successful() and len(result.results) == n
+        return elapsed
+    finally:
+        pool.stop(worker, grace=10)
+        redis.Redis.from_url(CELERY_REDIS_URL).flushdb()
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    return ThroughputBench(quick).measure()
+
+
+if __name__ == "__main__":
+    result = run(quick="--quick" in sys.argv)
+    for item in result["figures"]:
+        mark = {True: "ok", False: "MISSED", None: ""}[item["ok"]]
+        print(
+            f"{item['name']:<70} {item['value']:>10} {item['unit']:<8} {item['target']:<10} {mark}"
+        )
+    print(result["notes"])

@@ -1,0 +1,599 @@
+"""The backoffice JSON API's OpenAPI document, served at ``/api/v1/backoffice/openapi.json``.
+
+The shapes are SPEC §9's (``taskrunner.reports``), shared with ``tasks status --json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+
+from blueprints.openapi import (
+    DATE_TIME,
+    UUID,
+    Document,
+    Link,
+    Operation,
+    Param,
+    Reply,
+    array,
+    closed,
+    nullable,
+    ref,
+)
+from blueprints.params import BIGINT, MAX_TEXT
+from taskrunner.contract import operations
+
+PREFIX = "/api/v1/backoffice/"
+EXAMPLE_RUN = "9ae2ab2c-fae6-4d40-ae01-7efebf6a42d2"
+STALE_REASONS = ["worker lost", "running too long", "never started"]
+# What an operator types is refused with a 400 when it holds control characters.
+TEXT = {"type": "string", "maxLength": MAX_TEXT, "pattern": "^[^\\u0000-\\u001f]*$"}
+CURSOR_TEXT = {**TEXT, "maxLength": MAX_TEXT + 40}
+RUN_STATUS = {"type": "string", "enum": list(operations.RUN_STATUSES)}
+UNIT_STATUS = {"type": "string", "enum": list(operations.UNIT_STATUSES)}
+COUNT = {"type": "integer", "minimum": 0}
+
+
+def limit(default: int, maximum: int) -> Param:
+    return Param(
+        "limit",
+        f"Items per page, 1 to {maximum} (default {default}).",
+        {"type": "integer", "minimum": 1, "maximum": maximum, "default": default},
+    )
+
+
+CURSOR = Param(
+    "cursor",
+    "`next_cursor` of the previous page, with the same filters; a cursor naming nothing is a 400.",
+    CURSOR_TEXT,
+)
+RUN_UUID = Param("run_uuid", "The run's uuid; a malformed one is a 404.", UUID, EXAMPLE_RUN)
+
+UNIT = {
+    "unit_key": {"type": "string"},
+    "tenant_id": nullable({"type": "integer"}),
+    "status": UNIT_STATUS,
+    "attempts": COUNT,
+    "last_error": nullable({"type": "string", "description": "Redacted."}),
+    "started_at": nullable(DATE_TIME),
+    "finished_at": nullable(DATE_TIME),
+    "stale": {"type": "boolean"},
+    "stale_reason": nullable({"type": "string", "enum": STALE_REASONS}),
+}
+UNIT_EXAMPLE = {
+    "unit_key": "probe-7",
+    "tenant_id": None,
+    "status": "failed",
+    "attempts": 1,
+    "last_error": "unhandled sqlalchemy.exc.OperationalError — see logs",
+    "started_at": "2026-11-29T10:41:52Z",
+    "finished_at": "2026-11-29T10:41:52Z",
+    "stale": False,
+    "stale_reason": None,
+}
+RUN = {
+    "uuid": UUID,
+    "type": {"type": "string"},
+    "status": RUN_STATUS,
+    "initiator": {"type": "string"},
+    "started_at": DATE_TIME,
+    "finished_at": nullable(DATE_TIME),
+    "units": ref("UnitCounts"),
+}
+RUN_EXAMPLE = {
+    "uuid": EXAMPLE_RUN,
+    "type": "diagnostics.probe",
+    "status": "completed_with_failures",
+    "initiator": "cli",
+    "started_at": "2026-11-29T10:41:52Z",
+    "finished_at": "2026-11-29T10:41:55Z",
+    "units": {
+        "total": 1000,
+        "pending": 0,
+        "running": 0,
+        "completed": 772,
+        "failed": 228,
+        "skipped": 0,
+        "stale": 0,
+    },
+}
+
+
+def page_of(schema: str) -> dict[str, Any]:
+    return closed({"units": array(ref(schema)), "next_cursor": nullable({"type": "string"})})
+
+
+SCHEMAS: dict[str, Any] = {
+    "UnitCounts": closed(
+        {
+            name: COUNT
+            for name in ("total", "pending", "running", "completed", "failed", "skipped", "stale")
+        }
+    ),
+    "Run": closed(RUN),
+    "RunPage": closed({"runs": array(ref("Run")), "next_cursor": nullable(UUID)}),
+    "Event": closed(
+        {
+            "id": UUID,
+            "name": {"type": "string", "enum": operations.event_names()},
+            "at": DATE_TIME,
+            "payload": {"type": "object", "description": "Primitives only (docs/EVENTS.md)."},
+        }
+    ),
+    "RunDetail": closed(
+        {
+            **RUN,
+            "failed_units": array(ref("Unit")),
+            "stale_units": array(ref("Unit")),
+            "events": array(ref("Event")),
+        }
+    ),
+    "Unit": closed(UNIT),
+    "UnitPage": page_of("Unit"),
+    "StaleUnit": closed(
+        {
+            **UNIT,
+            "run_uuid": UUID,
+            "type": {"type": "string"},
+            "heartbeat_at": nullable(DATE_TIME),
+            "queued_at": nullable(DATE_TIME),
+        }
+    ),
+    "StaleUnitPage": page_of("StaleUnit"),
+    "UnitHistory": closed(
+        {**UNIT, "run_uuid": UUID, "type": {"type": "string"}, "run_status": RUN_STATUS}
+    ),
+    "UnitHistoryPage": page_of("UnitHistory"),
+    "ErrorGroups": closed(
+        {
+            "uuid": UUID,
+            "groups": array(
+                closed(
+                    {
+                        "reason": {"type": "string", "description": "Numbers folded into `#`."},
+                        "kind": {
+                            "type": "string",
+                            "enum": ["vendor", "domain", "expired"],
+                            "description": "vendor: a driver or client error (`unhandled … "
+                            "see logs`, a timeout), worth a retry; domain: the module's own "
+                            "refusal, met again until the data changes; expired: never ran "
+                            "in time.",
+                        },
+                        "example": {"type": "string"},
+                        "count": COUNT,
+                        "tenants": COUNT,
+                        "tenant_sample": array({"type": "integer"}),
+                    }
+                )
+            ),
+        }
+    ),
+    "Consumers": closed(
+        {
+            "consumers": array(
+                closed(
+                    {
+                        "id": {"type": "string"},
+                        "host": {"type": "string"},
+                        "pid": COUNT,
+                        "queues": array({"type": "string"}),
+                        "worker_type": {"type": "string"},
+                        "workers": COUNT,
+                        "started_at": DATE_TIME,
+                        "heartbeat_at": DATE_TIME,
+                        "heartbeat_age_seconds": COUNT,
+                        "state": {"type": "string", "enum": ["live", "lost"]},
+                        "running": array(
+                            closed(
+                                {
+                                    "pid": COUNT,
+                                    "task": {"type": "string"},
+                                    "task_id": {"type": "string"},
+                                    "since": nullable(DATE_TIME),
+                                    "elapsed_seconds": nullable(COUNT),
+                                    "unit": nullable(
+                                        closed(
+                                            {
+                                                "unit_key": {"type": "string"},
+                                                "tenant_id": nullable({"type": "integer"}),
+                                                "status": UNIT_STATUS,
+                                                "run_uuid": UUID,
+                                                "type": {"type": "string"},
+                                            }
+                                        )
+                                    ),
+                                }
+                            )
+                        ),
+                    }
+                )
+            )
+        }
+    ),
+    "Queues": closed(
+        {
+            "queues": array(
+                closed(
+                    {
+                        "name": {"type": "string"},
+                        "waiting": nullable(
+                            {**COUNT, "description": "Huey's own count; null if unreachable."}
+                        ),
+                        "pending_units": COUNT,
+                        "oldest_pending_at": nullable(DATE_TIME),
+                        "oldest_pending_seconds": nullable(COUNT),
+                        "running": COUNT,
+                        "completed_last_minute": COUNT,
+                        "failed_last_minute": COUNT,
+                        "completed_last_hour": COUNT,
+                        "failed_last_hour": COUNT,
+                        "types": array(
+                            closed(
+                                {
+                                    "type": {"type": "string"},
+                                    "registered": {"type": "boolean"},
+                                    "pending_units": COUNT,
+                                    "running": COUNT,
+                                    "paused": {"type": "boolean"},
+                                    "paused_at": nullable(DATE_TIME),
+                                    "paused_by": nullable({"type": "string"}),
+                                }
+                            )
+                        ),
+                    }
+                )
+            ),
+            "paused_types": array({"type": "string"}),
+            "settled_as_of": nullable(
+                {
+                    **DATE_TIME,
+                    "description": "End of the last minute rolled up (every minute by a "
+                    "periodic task); the last minute and hour counts end there.",
+                }
+            ),
+            "settled_lag_seconds": nullable(COUNT),
+        }
+    ),
+    "SearchResults": closed(
+        {
+            "query": {"type": "string"},
+            "exact_run": nullable(UUID),
+            "runs": array(ref("Run")),
+            "tenants": array(
+                closed(
+                    {
+                        "id": {"type": "integer"},
+                        "name": {"type": "string"},
+                        "status": {"type": "string"},
+                        "created_at": DATE_TIME,
+                    }
+                )
+            ),
+            "units": array(ref("UnitHistory")),
+            "errors": array(ref("UnitHistory")),
+        }
+    ),
+    "OpenApiDocument": {"type": "object", "required": ["openapi", "info", "paths"]},
+}
+
+RUN_LINKS = {
+    name: Link(operation_id, {"run_uuid": "$response.body#/runs/0/uuid"}, description)
+    for name, operation_id, description in (
+        ("first_run", "getRun", "The first run of the page."),
+        ("first_run_units", "listRunUnits", "The units of the first run of the page."),
+        ("first_run_errors", "getRunErrors", "The error groups of the first run of the page."),
+    )
+}
+SAME_RUN = {
+    name: Link(operation_id, {"run_uuid": "$request.path.run_uuid"}, description)
+    for name, operation_id, description in (
+        ("units", "listRunUnits", "Every unit of this run."),
+        ("errors", "getRunErrors", "This run's failed units grouped by reason."),
+    )
+}
+
+OPERATIONS: dict[str, Operation] = {
+    "api.runs": Operation(
+        "listRuns",
+        "Runs, newest first",
+        description="An unknown type is an empty page; an unknown status is a 400.",
+        query=(
+            Param("type", "Only runs of this task type.", TEXT, "payments.monthly_statements"),
+            Param("status", "Only runs in this status.", RUN_STATUS, "completed_with_failures"),
+            limit(50, 200),
+            CURSOR,
+        ),
+        replies=(
+            Reply(
+                200,
+                "One page of runs.",
+                "RunPage",
+                {"runs": [RUN_EXAMPLE], "next_cursor": None},
+                links=RUN_LINKS,
+            ),
+        ),
+        errors=(400,),
+    ),
+    "api.run": Operation(
+        "getRun",
+        "One run: counts, failed and stale units (100 each at most), events",
+        description="The `tasks status RUN_UUID --json` shape.",
+        path=(RUN_UUID,),
+        replies=(
+            Reply(
+                200,
+                "The run.",
+                "RunDetail",
+                {**RUN_EXAMPLE, "failed_units": [UNIT_EXAMPLE], "stale_units": [], "events": []},
+                links=SAME_RUN,
+            ),
+        ),
+        errors=(404,),
+    ),
+    "api.units": Operation(
+        "listRunUnits",
+        "Every unit of a run, by unit key",
+        path=(RUN_UUID,),
+        query=(
+            Param("status", "Only units in this status.", UNIT_STATUS, "failed"),
+            limit(50, 200),
+            CURSOR,
+        ),
+        replies=(
+            Reply(
+                200,
+                "One page of units.",
+                "UnitPage",
+                {"units": [UNIT_EXAMPLE], "next_cursor": None},
+            ),
+        ),
+        errors=(400, 404),
+    ),
+    "api.errors": Operation(
+        "getRunErrors",
+        "A run's failed units grouped by redacted reason",
+        path=(RUN_UUID,),
+        replies=(
+            Reply(
+                200,
+                "Groups, biggest first.",
+                "ErrorGroups",
+                {
+                    "uuid": EXAMPLE_RUN,
+                    "groups": [
+                        {
+                            "reason": "probe unit # failed",
+                            "kind": "domain",
+                            "example": "probe unit 10 failed",
+                            "count": 100,
+                            "tenants": 0,
+                            "tenant_sample": [],
+                        }
+                    ],
+                },
+            ),
+        ),
+        errors=(404,),
+    ),
+    "api.stale_units": Operation(
+        "listStaleUnits",
+        "Stale units of running runs, with their reason",
+        query=(limit(100, 500), CURSOR),
+        replies=(
+            Reply(
+                200,
+                "One page of stale units.",
+                "StaleUnitPage",
+                {
+                    "units": [
+                        {
+                            **UNIT_EXAMPLE,
+                            "status": "running",
+                            "last_error": None,
+                            "finished_at": None,
+                            "stale": True,
+                            "stale_reason": "worker lost",
+                            "run_uuid": EXAMPLE_RUN,
+                            "type": "diagnostics.probe",
+                            "heartbeat_at": "2026-11-29T10:41:52Z",
+                            "queued_at": "2026-11-29T10:41:51Z",
+                        }
+                    ],
+                    "next_cursor": None,
+                },
+            ),
+        ),
+        errors=(400,),
+    ),
+    "api.history": Operation(
+        "listUnitHistory",
+        "One unit key's or one tenant's units across runs, newest first",
+        description="Give exactly one of `key` and `tenant`; both or neither is a 400.",
+        query=(
+            Param("key", "A unit key.", TEXT, "probe-7"),
+            Param(
+                "tenant",
+                "A tenant id.",
+                {"type": "integer", "minimum": 0, "maximum": BIGINT},
+                4,
+            ),
+            limit(50, 200),
+            CURSOR,
+        ),
+        replies=(
+            Reply(
+                200,
+                "One page of units.",
+                "UnitHistoryPage",
+                {
+                    "units": [
+                        {
+                            **UNIT_EXAMPLE,
+                            "run_uuid": EXAMPLE_RUN,
+                            "type": "diagnostics.probe",
+                            "run_status": "completed_with_failures",
+                        }
+                    ],
+                    "next_cursor": None,
+                },
+            ),
+        ),
+        errors=(400,),
+    ),
+    "api.workers": Operation(
+        "listWorkers",
+        "Consumers, live or lost, and what each worker runs now",
+        description="Every consumer process registers and heartbeats; one silent for three "
+        "beats is `lost`, and forgotten after `CONSUMER_RETENTION_MINUTES`.",
+        replies=(
+            Reply(
+                200,
+                "Every registered consumer.",
+                "Consumers",
+                {
+                    "consumers": [
+                        {
+                            "id": "worker-1:4242:1764561600000",
+                            "host": "worker-1",
+                            "pid": 4242,
+                            "queues": ["tasks"],
+                            "worker_type": "process",
+                            "workers": 4,
+                            "started_at": "2026-11-29T10:40:00Z",
+                            "heartbeat_at": "2026-11-29T10:41:50Z",
+                            "heartbeat_age_seconds": 2,
+                            "state": "live",
+                            "running": [
+                                {
+                                    "pid": 4250,
+                                    "task": "taskrunner.run_unit",
+                                    "task_id": "u17.0f2c6a0e8c1e4f7d9a3b5c7d9e1f2a3b",
+                                    "since": "2026-11-29T10:41:47Z",
+                                    "elapsed_seconds": 5,
+                                    "unit": {
+                                        "unit_key": "probe-7",
+                                        "tenant_id": None,
+                                        "status": "running",
+                                        "run_uuid": EXAMPLE_RUN,
+                                        "type": "diagnostics.probe",
+                                    },
+                                }
+                            ],
+                        }
+                    ]
+                },
+            ),
+        ),
+    ),
+    "api.queues": Operation(
+        "listQueues",
+        "Queues: waiting jobs, oldest pending unit, running, settled per minute and hour",
+        replies=(
+            Reply(
+                200,
+                "Every queue, with its task types and which are paused.",
+                "Queues",
+                {
+                    "queues": [
+                        {
+                            "name": "tasks",
+                            "waiting": 120,
+                            "pending_units": 130,
+                            "oldest_pending_at": "2026-11-29T10:40:00Z",
+                            "oldest_pending_seconds": 112,
+                            "running": 4,
+                            "completed_last_minute": 300,
+                            "failed_last_minute": 2,
+                            "completed_last_hour": 9000,
+                            "failed_last_hour": 40,
+                            "types": [
+                                {
+                                    "type": "diagnostics.probe",
+                                    "registered": True,
+                                    "pending_units": 130,
+                                    "running": 4,
+                                    "paused": False,
+                                    "paused_at": None,
+                                    "paused_by": None,
+                                }
+                            ],
+                        }
+                    ],
+                    "paused_types": [],
+                    "settled_as_of": "2026-11-29T10:41:00Z",
+                    "settled_lag_seconds": 52,
+                },
+            ),
+        ),
+    ),
+    "api.search": Operation(
+        "search",
+        "Runs by uuid or prefix, tenants by name or id, units by key prefix, errors by text",
+        description="Error text is looked up in the failed units of the newest 500 runs. "
+        "`exact_run` names the one run a full uuid matched.",
+        query=(Param("q", "What to look for; blank finds nothing.", TEXT, "acme"),),
+        replies=(
+            Reply(
+                200,
+                "What matched, at most 20 of each kind.",
+                "SearchResults",
+                {
+                    "query": "acme",
+                    "exact_run": None,
+                    "runs": [],
+                    "tenants": [
+                        {
+                            "id": 4,
+                            "name": "Acme GmbH",
+                            "status": "active",
+                            "created_at": "2026-11-01T09:00:00Z",
+                        }
+                    ],
+                    "units": [],
+                    "errors": [],
+                },
+            ),
+        ),
+        errors=(400,),
+    ),
+    "api.document": Operation(
+        "getBackofficeApiDocument",
+        "This document",
+        replies=(
+            Reply(
+                200,
+                "The OpenAPI document of the backoffice JSON API.",
+                "OpenApiDocument",
+                {"openapi": "3.1.0", "info": {"title": "Taskledger backoffice API"}, "paths": {}},
+            ),
+        ),
+    ),
+}
+
+
+def _session_cookie(app: Flask) -> dict[str, Any]:
+    return {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": app.config.get("SESSION_COOKIE_NAME", "session"),
+        "description": "The session cookie of an operator signed in at `/login`.",
+    }
+
+
+BACKOFFICE = Document(
+    title="Taskledger backoffice API",
+    description=(
+        "Operators' read API over the task runs (SPEC §9). Signed-in session only "
+        "(401 without one, 403 without the permission). Identifiers are uuids and unit "
+        "keys; lists end with `next_cursor` (null on the last page). Errors are problem "
+        "bodies (`application/problem+json`) with a stable `error` code."
+    ),
+    covers=lambda path: path.startswith(PREFIX),
+    security_scheme="sessionCookie",
+    security=_session_cookie,
+    operations=OPERATIONS,
+    schemas=SCHEMAS,
+    headers={},
+)

@@ -1,0 +1,48 @@
+"""What a process does once, at its entry point, before it serves or runs the app.
+
+The app factory reads its config and writes nothing. The entry points do the rest:
+the process logs through the scrubbing layer (``security.logs``), to ``LOG_FILE`` or
+the instance's ``taskledger.log``, and, where no ``SECRET_KEY`` is set, the
+instance's key is made once. The entry points are the ``flask`` commands
+(``EntryCommands``: ``make migrate`` runs one, so ``make run`` finds the key),
+``wsgi`` (gunicorn, ``flask --app wsgi run``) and the consumers (``tasks.consumer``,
+which log to stderr and need no key).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from flask import Flask
+from flask.cli import AppGroup
+
+from config import ensure_secret_key
+from security.logs import configure_logging
+
+
+def prepare_process(app: Flask) -> None:
+    """Route this process's logging through the scrubbing layer; give ``app`` its key."""
+    target = app.config.get("LOG_FILE") or str(Path(app.instance_path) / "taskledger.log")
+    configure_logging(target, app.config.get("LOG_LEVEL", "INFO"))
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = ensure_secret_key(app.instance_path)
+
+
+class EntryCommands(AppGroup):
+    """The app's ``flask`` commands: running one is this process's entry point.
+
+    Flask's command line builds the app with ``create_app()`` and then looks the
+    command up here, so the process is prepared before any command runs (and the CLI
+    keeps stderr for its one-line answers: it logs to the file).
+    """
+
+    def __init__(self, app: Flask) -> None:
+        super().__init__(app.name)
+        self.app = app
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            prepare_process(self.app)
+        return command

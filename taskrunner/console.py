@@ -1,0 +1,200 @@
+"""The on-call console's reads: consumers and what they run, queues, search.
+
+Shapes shared by the pages and the JSON API (``/api/v1/backoffice/workers``,
+``/queues``, ``/search``). Consumers' rows come from their own heartbeats
+(``tasks.presence``); what a worker runs is named by its Huey task id, and a unit
+job's id (``u<unit id>.<token>``) is resolved to the unit and its run here.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import select
+
+from database import iso, utcnow
+from taskrunner.ledger import is_uuid, ledger
+from taskrunner.registry import registry
+from taskrunner.reports import run_summary
+from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
+from tasks.queues import queues as queue_instances
+from tasks.routing import QUEUE_NAMES, routes
+
+UNIT_TASK_ID = re.compile(r"^u(\d+)\.[0-9a-f]{32}$")
+
+
+def _age(since: datetime | None, now: datetime) -> int | None:
+    return max(0, int((now - since).total_seconds())) if since else None
+
+
+def consumers() -> dict[str, Any]:
+    """Every registered consumer, live or lost, with what its workers execute now."""
+    now = utcnow()
+    lost_before = now - timedelta(
+        seconds=LOST_AFTER_BEATS * float(current_app.config["CONSUMER_HEARTBEAT_SECONDS"])
+    )
+    rows = list(
+        ledger.session.execute(
+            select(ConsumerPresence).order_by(ConsumerPresence.host, ConsumerPresence.started_at)
+        ).scalars()
+    )
+    unit_ids = []
+    for row in rows:
+        for item in row.running or []:
+            match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
+            if match:
+                unit_ids.append(int(match.group(1)))
+    units = ledger.units_by_ids(unit_ids)
+    items = []
+    for row in rows:
+        live = row.heartbeat_at >= lost_before
+        running = []
+        # A lost consumer's last report is history, not what runs now.
+        for item in row.running or [] if live else []:
+            match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
+            since = _parse(item.get("since"))
+            running.append(
+                {
+                    "pid": item.get("pid"),
+                    "task": item.get("task"),
+                    "task_id": item.get("task_id"),
+                    "since": iso(since),
+                    "elapsed_seconds": _age(since, now),
+                    "unit": units.get(int(match.group(1))) if match else None,
+                }
+            )
+        items.append(
+            {
+                "id": row.id,
+                "host": row.host,
+                "pid": row.pid,
+                "queues": list(row.queues or []),
+                "worker_type": row.worker_type,
+                "workers": row.workers,
+                "started_at": iso(row.started_at),
+                "heartbeat_at": iso(row.heartbeat_at),
+                "heartbeat_age_seconds": _age(row.heartbeat_at, now),
+                "state": "live" if live else "lost",
+                "running": running,
+            }
+        )
+    ledger.session.rollback()
+    return {"consumers": items}
+
+
+def _parse(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.removesuffix("Z"))
+    except ValueError:
+        return None
+
+
+def queue_of(type_: str) -> str:
+    """The queue a run type's units go to (a single tracked job: its job's queue)."""
+    definition = registry.find(type_)
+    if definition is not None:
+        return definition.options().queue
+    spec = routes.jobs.get(type_)
+    if spec is not None and spec.queue:
+        return spec.queue
+    return "tasks"
+
+
+def waiting_count(name: str) -> int | None:
+    """Huey's own count of the jobs waiting in a queue; None when it cannot be read."""
+    try:
+        return int(queue_instances().huey(name).pending_count())
+    except Exception:
+        current_app.logger.warning("Queue %s could not be counted", name)
+        return None
+
+
+def queues() -> dict[str, Any]:
+    """Per queue: waiting jobs, the oldest waiting unit, running, settled per minute/hour."""
+    now = utcnow()
+    active = ledger.active_by_type()
+    throughput = ledger.finished_by_type(now)
+    finished = throughput["types"]
+    paused = ledger.paused_types()
+    blank = {
+        "running": 0,
+        "pending_units": 0,
+        "oldest_pending_at": None,
+        "completed_last_minute": 0,
+        "failed_last_minute": 0,
+        "completed_last_hour": 0,
+        "failed_last_hour": 0,
+    }
+    per_queue: dict[str, dict[str, Any]] = {name: {**blank, "types": []} for name in QUEUE_NAMES}
+    types = set(registry.types()) | set(active) | set(finished) | set(paused)
+    for type_ in sorted(types):
+        queue = per_queue.setdefault(queue_of(type_), {**blank, "types": []})
+        a = active.get(type_, {})
+        f = finished.get(type_, {})
+        queue["running"] += a.get("running", 0)
+        queue["pending_units"] += a.get("pending", 0)
+        oldest = a.get("oldest_pending_at")
+        if oldest is not None and (
+            queue["oldest_pending_at"] is None or oldest < queue["oldest_pending_at"]
+        ):
+            queue["oldest_pending_at"] = oldest
+        for key in ("completed", "failed"):
+            queue[f"{key}_last_minute"] += f.get(f"{key}_minute", 0)
+            queue[f"{key}_last_hour"] += f.get(f"{key}_hour", 0)
+        pause = paused.get(type_)
+        queue["types"].append(
+            {
+                "type": type_,
+                "registered": registry.find(type_) is not None,
+                "pending_units": a.get("pending", 0),
+                "running": a.get("running", 0),
+                "paused": pause is not None,
+                "paused_at": iso(pause.paused_at) if pause else None,
+                "paused_by": pause.paused_by if pause else None,
+            }
+        )
+    items = []
+    for name, queue in per_queue.items():
+        oldest = queue.pop("oldest_pending_at")
+        items.append(
+            {
+                "name": name,
+                "waiting": waiting_count(name),
+                "oldest_pending_at": iso(oldest),
+                "oldest_pending_seconds": _age(oldest, now),
+                **queue,
+            }
+        )
+    ledger.session.rollback()
+    as_of = throughput["as_of"]
+    return {
+        "queues": items,
+        "paused_types": sorted(paused),
+        "settled_as_of": iso(as_of),
+        "settled_lag_seconds": _age(as_of, now),
+    }
+
+
+def search(query: str, limit: int = 20) -> dict[str, Any]:
+    """Runs by uuid or uuid prefix (any case), units by key prefix, failed units by error text.
+
+    Tenants are looked up by the caller (the runner knows nothing of tenants).
+    """
+    text = query.strip()
+    if not text:
+        return {"query": "", "exact_run": None, "runs": [], "units": [], "errors": []}
+    runs = ledger.search_runs(text, limit)
+    result = {
+        "query": text,
+        "exact_run": runs[0].uuid if len(runs) == 1 and is_uuid(text.lower()) else None,
+        "runs": [run_summary(run) for run in runs],
+        "units": ledger.search_unit_keys(text, limit),
+        "errors": ledger.search_errors(text, limit),
+    }
+    ledger.session.rollback()
+    return result

@@ -1,0 +1,315 @@
+"""Reads across runs: stale units, one key's or tenant's history, and the on-call
+console's units, active counts and search.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from database import iso, utcnow
+from taskrunner.ledger.base import LedgerBase
+from taskrunner.ledger.records import ACTIVE
+from taskrunner.ledger.runs import InvalidCursor, Page, is_uuid
+from taskrunner.ledger.stale_rules import (
+    StaleCutoffs,
+    cutoffs_by_type,
+    paused_type_names,
+    stale_filter,
+    stale_reason,
+)
+from taskrunner.models import TaskRun, TaskRunUnit
+from taskrunner.types import RunStatus, UnitStatus
+
+SEARCH_RECENT_RUNS = 500
+
+
+class FleetReads(LedgerBase):
+    """What operators read across every run."""
+
+    # -- stale units across runs -------------------------------------------------------
+
+    def _cutoffs_joined(self, now: datetime | None) -> StaleCutoffs:
+        """The stale rule's cutoffs by each unit's run type (``task_runs`` joined)."""
+        return cutoffs_by_type(TaskRun.type, now or utcnow(), paused_type_names(self.session))
+
+    def stale_units_page(
+        self, limit: int = 100, cursor: str | None = None, now: datetime | None = None
+    ) -> Page:
+        """Stale units of running runs, oldest unit first; the cursor is ``run-uuid/unit-key``."""
+        cut = self._cutoffs_joined(now)
+        stmt = (
+            select(TaskRunUnit, TaskRun.uuid, TaskRun.type, stale_reason(cut).label("stale_reason"))
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRun.status == RunStatus.RUNNING,
+                TaskRun.deleted_at.is_(None),
+                TaskRunUnit.deleted_at.is_(None),
+                stale_filter(cut),
+            )
+        )
+        if cursor:
+            stmt = stmt.where(TaskRunUnit.id > self._stale_cursor_id(cursor))
+        rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
+        more = len(rows) > limit
+        items = [
+            {
+                **self.unit_dict(unit, stale_reason),
+                "run_uuid": run_uuid,
+                "type": type_,
+                "heartbeat_at": iso(unit.heartbeat_at),
+                "queued_at": iso(unit.queued_at),
+            }
+            for unit, run_uuid, type_, stale_reason in rows[:limit]
+        ]
+        last = items[-1] if more and items else None
+        return Page(items, f"{last['run_uuid']}/{last['unit_key']}" if last else None)
+
+    def _stale_cursor_id(self, cursor: str) -> int:
+        run_uuid, _, unit_key = cursor.partition("/")
+        if not is_uuid(run_uuid) or not unit_key:
+            raise InvalidCursor("not a stale-units cursor")
+        found = self.session.execute(
+            select(TaskRunUnit.id)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(TaskRun.uuid == run_uuid, TaskRunUnit.unit_key == unit_key[:191])
+        ).scalar_one_or_none()
+        if found is None:
+            raise InvalidCursor("the cursor names no unit")
+        return found
+
+    def stale_counts_by_run(self, now: datetime | None = None) -> list[tuple[str, str, int]]:
+        """(run uuid, type, stale units) of every running run with stale units."""
+        rows = self.session.execute(
+            select(TaskRun.uuid, TaskRun.type, func.count())
+            .select_from(TaskRunUnit)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRun.status == RunStatus.RUNNING,
+                TaskRun.deleted_at.is_(None),
+                TaskRunUnit.deleted_at.is_(None),
+                stale_filter(self._cutoffs_joined(now)),
+            )
+            .group_by(TaskRun.uuid, TaskRun.type)
+            .order_by(TaskRun.uuid)
+        ).all()
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    # -- history across runs ---------------------------------------------------------
+
+    def unit_history(
+        self,
+        unit_key: str | None = None,
+        tenant_id: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """One unit key's or one tenant's units across runs, newest first."""
+        if (unit_key is None) == (tenant_id is None):
+            raise ValueError("give exactly one of unit_key and tenant_id")
+        stmt = (
+            select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(TaskRunUnit.deleted_at.is_(None), TaskRun.deleted_at.is_(None))
+        )
+        if unit_key is not None:
+            stmt = stmt.where(TaskRunUnit.unit_key == unit_key[:191])
+        else:
+            stmt = stmt.where(TaskRunUnit.tenant_id == tenant_id)
+        if cursor:
+            stmt = stmt.where(TaskRunUnit.id < self._history_cursor_id(cursor))
+        rows = self.session.execute(stmt.order_by(TaskRunUnit.id.desc()).limit(limit + 1)).all()
+        more = len(rows) > limit
+        items = [
+            {
+                **self.unit_dict(unit, None),
+                "run_uuid": run_uuid,
+                "type": type_,
+                "run_status": run_status,
+            }
+            for unit, run_uuid, type_, run_status in rows[:limit]
+        ]
+        last = items[-1] if more and items else None
+        return Page(items, f"{last['run_uuid']}/{last['unit_key']}" if last else None)
+
+    def _history_cursor_id(self, cursor: str) -> int:
+        return self._stale_cursor_id(cursor)
+
+    @staticmethod
+    def failure_streak(history: list[dict[str, Any]]) -> int:
+        """How many of the most recent terminal outcomes in a history are failures in a row."""
+        streak = 0
+        for item in history:
+            if item["status"] in ACTIVE:
+                continue
+            if item["status"] != UnitStatus.FAILED:
+                break
+            streak += 1
+        return streak
+
+    def units_by_ids(self, unit_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """Units named by their ids (what consumers report running), with their run."""
+        if not unit_ids:
+            return {}
+        rows = self.session.execute(
+            select(
+                TaskRunUnit.id,
+                TaskRunUnit.unit_key,
+                TaskRunUnit.tenant_id,
+                TaskRunUnit.status,
+                TaskRun.uuid,
+                TaskRun.type,
+            )
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(TaskRunUnit.id.in_(unit_ids[:1000]))
+        ).all()
+        return {
+            row.id: {
+                "unit_key": row.unit_key,
+                "tenant_id": row.tenant_id,
+                "status": row.status,
+                "run_uuid": row.uuid,
+                "type": row.type,
+            }
+            for row in rows
+        }
+
+    def active_by_type(self) -> dict[str, dict[str, Any]]:
+        """Per type of the running runs: pending and running units, the oldest pending one.
+
+        Reads the partial index of active units only.
+        """
+        rows = self.session.execute(
+            select(
+                TaskRun.type,
+                TaskRunUnit.status,
+                func.count(),
+                func.min(TaskRunUnit.queued_at),
+            )
+            .select_from(TaskRunUnit)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRunUnit.status.in_(ACTIVE),
+                TaskRunUnit.deleted_at.is_(None),
+                TaskRun.status == RunStatus.RUNNING,
+                TaskRun.deleted_at.is_(None),
+            )
+            .group_by(TaskRun.type, TaskRunUnit.status)
+        ).all()
+        out: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"pending": 0, "running": 0, "oldest_pending_at": None}
+        )
+        for type_, status, n, oldest in rows:
+            out[type_][status] = n
+            if status == UnitStatus.PENDING:
+                out[type_]["oldest_pending_at"] = oldest
+        return dict(out)
+
+    # -- search ----------------------------------------------------------------------
+
+    def search_runs(self, text_: str, limit: int = 20) -> list[TaskRun]:
+        """Runs whose uuid starts with ``text_`` (any case), newest first."""
+        prefix = text_.strip().lower()
+        if not prefix or not re.fullmatch(r"[0-9a-f-]{1,36}", prefix):
+            return []
+        return list(
+            self.session.execute(
+                select(TaskRun)
+                .where(
+                    TaskRun.uuid >= prefix,
+                    TaskRun.uuid < prefix + "\x7f",
+                    TaskRun.deleted_at.is_(None),
+                )
+                .order_by(TaskRun.id.desc())
+                .limit(limit)
+            ).scalars()
+        )
+
+    def search_unit_keys(self, text_: str, limit: int = 20) -> list[dict[str, Any]]:
+        """Units whose key starts with ``text_`` (exact case: keys are opaque), newest first."""
+        prefix = text_[:191]
+        if not prefix:
+            return []
+        # A range on the key index, then a LIKE-free check: keys may hold % and _.
+        upper = prefix + "\U0010ffff"
+        rows = self.session.execute(
+            select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRunUnit.unit_key >= prefix,
+                TaskRunUnit.unit_key < upper,
+                TaskRunUnit.deleted_at.is_(None),
+                TaskRun.deleted_at.is_(None),
+            )
+            .order_by(TaskRunUnit.unit_key, TaskRunUnit.id.desc())
+            .limit(limit * 4)
+        ).all()
+        items = []
+        for unit, run_uuid, type_, run_status in rows:
+            if unit.unit_key.startswith(prefix):
+                items.append(
+                    {
+                        **self.unit_dict(unit, None),
+                        "run_uuid": run_uuid,
+                        "type": type_,
+                        "run_status": run_status,
+                    }
+                )
+        return items[:limit]
+
+    def search_errors(
+        self, text_: str, limit: int = 20, recent_runs: int = SEARCH_RECENT_RUNS
+    ) -> list[dict[str, Any]]:
+        """Failed units whose reason contains ``text_`` (any case), in the newest runs.
+
+        Bounded to the failed units of the newest ``recent_runs`` runs (the per-run status
+        index): an error an operator looks for on call is a recent one, and a scan of
+        every reason ever stored would grow with the ledger.
+        """
+        needle = text_.strip().lower()
+        if len(needle) < 3:
+            return []
+        # The oldest of the newest runs, read first: a range on the per-run status index
+        # then walks only their failed units (an IN over a LIMIT made the planner scan all).
+        bound = self.session.execute(
+            select(TaskRun.id)
+            .where(TaskRun.deleted_at.is_(None))
+            .order_by(TaskRun.id.desc())
+            .offset(recent_runs - 1)
+            .limit(1)
+        ).scalar_one_or_none()
+        escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self.session.execute(
+            select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRunUnit.task_run_id >= (bound or 0),
+                TaskRunUnit.status == UnitStatus.FAILED,
+                TaskRunUnit.deleted_at.is_(None),
+                func.lower(TaskRunUnit.last_error).like(f"%{escaped}%", escape="\\"),
+            )
+            .order_by(TaskRunUnit.task_run_id.desc(), TaskRunUnit.id)
+            .limit(limit)
+        ).all()
+        return [
+            {**self.unit_dict(unit, None), "run_uuid": run_uuid, "type": type_, "run_status": rs}
+            for unit, run_uuid, type_, rs in rows
+        ]
+
+    def count_pending_of_type(self, type_: str) -> int:
+        """Pending units of the running runs of one type (what a pause holds back)."""
+        return self.session.execute(
+            select(func.count())
+            .select_from(TaskRunUnit)
+            .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+            .where(
+                TaskRun.type == type_,
+                TaskRun.status == RunStatus.RUNNING,
+                TaskRunUnit.status == UnitStatus.PENDING,
+                TaskRunUnit.deleted_at.is_(None),
+            )
+        ).scalar_one()

@@ -1,0 +1,280 @@
+"""Operator actions: retry (reopen), cancel, pause and resume a type.
+
+Each checks its preconditions under the run lock and records who did it.
+"""
+
+from __future__ import annotations
+
+import uuid as uuid_lib
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+
+from database import is_sqlite, utcnow, write_transaction
+from taskrunner.ledger.base import LedgerBase
+from taskrunner.ledger.errors import folded_reason
+from taskrunner.ledger.records import ACTIVE, Dispatch, new_token, redispatched
+from taskrunner.ledger.stale_rules import paused_type_names, stale_cutoffs, stale_filter
+from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
+from taskrunner.registry import registry
+from taskrunner.types import Refused, RunStatus, UnitStatus
+
+
+class OperatorActions(LedgerBase):
+    """Retry, cancel, pause and resume: what an operator does to runs and types."""
+
+    def _lock_live_run(self, run_uuid: str) -> TaskRun:
+        """Lock a run that is not deleted, by uuid, and read it under the lock.
+
+        Every precondition of an operator action is checked on what this returns: a
+        check made before the lock may be stale by the time the lock is granted.
+        """
+        try:
+            uuid_lib.UUID(run_uuid)
+        except (ValueError, AttributeError, TypeError):
+            raise Refused(f"no run {run_uuid}") from None
+        stmt = select(TaskRun).where(TaskRun.uuid == run_uuid, TaskRun.deleted_at.is_(None))
+        if not is_sqlite(self.session):
+            stmt = stmt.with_for_update(key_share=True)  # see _lock_run
+        run = self.session.execute(
+            stmt.execution_options(populate_existing=True)
+        ).scalar_one_or_none()
+        if run is None:
+            raise Refused(f"no run {run_uuid}")
+        return run
+
+    def count_retryable(
+        self,
+        run: TaskRun,
+        failed_only: bool,
+        stale_only: bool = False,
+        reason: str | None = None,
+        unit_keys: Iterable[str] | None = None,
+        now: datetime | None = None,
+    ) -> int:
+        return self.session.execute(
+            select(func.count()).where(
+                self._retryable(run, failed_only, stale_only, reason, unit_keys, now)
+            )
+        ).scalar_one()
+
+    def _retryable(
+        self,
+        run: TaskRun,
+        failed_only: bool,
+        stale_only: bool = False,
+        reason: str | None = None,
+        unit_keys: Iterable[str] | None = None,
+        now: datetime | None = None,
+    ):
+        """Which units of a run a retry takes.
+
+        ``reason``: only the failed units of one error group (a reason as the error groups
+        show it, numbers folded). ``unit_keys``: only these units, each if it is failed,
+        pending or stale (a completed or healthy running unit is never retried). Stale
+        as of ``now`` (default: the clock).
+        """
+        stale = stale_filter(
+            stale_cutoffs(run.type, now or utcnow(), paused_type_names(self.session))
+        )
+        clauses = [TaskRunUnit.task_run_id == run.id, TaskRunUnit.deleted_at.is_(None)]
+        if unit_keys is not None:
+            clauses.append(TaskRunUnit.unit_key.in_([k[:191] for k in unit_keys]))
+        if reason is not None:
+            clauses.append(TaskRunUnit.status == UnitStatus.FAILED)
+            clauses.append(folded_reason(self.session) == reason)
+        elif stale_only:
+            clauses.append(stale)
+        elif failed_only:
+            clauses.append(TaskRunUnit.status == UnitStatus.FAILED)
+        else:
+            clauses.append(
+                or_(
+                    TaskRunUnit.status.in_((UnitStatus.FAILED, UnitStatus.PENDING)),
+                    and_(TaskRunUnit.status == UnitStatus.RUNNING, stale),
+                )
+            )
+        return and_(*clauses)
+
+    def reopen_for_retry(
+        self,
+        run_uuid: str,
+        failed_only: bool,
+        actor: str,
+        source: str,
+        address: str | None,
+        stale_only: bool = False,
+        reason: str | None = None,
+        unit_keys: Iterable[str] | None = None,
+        now: datetime | None = None,
+    ) -> Dispatch:
+        """Give the retryable units a new dispatch token and put the run back to running.
+
+        The whole run's unfinished units by default; one error group with ``reason``; a
+        selection (or one unit) with ``unit_keys``. ``now``: the moment of the retry
+        (default: the clock), which staleness is judged at.
+        """
+        token = new_token()
+        keys = sorted({k[:191] for k in unit_keys}) if unit_keys is not None else None
+        with self._transition():
+            run = self._lock_live_run(run_uuid)
+            if (run.context or {}).get("dispatch_uuid"):
+                raise Refused(
+                    f"run {run.uuid} is a single tracked job ({run.type}); its retries "
+                    "belong to its own queue, not to tasks retry"
+                )
+            if registry.find(run.type) is None:
+                raise Refused(
+                    f"run {run.uuid} is of type {run.type!r}, which is not a registered task "
+                    "type; its retries belong to its own queue"
+                )
+            if run.status == RunStatus.CANCELLED:
+                raise Refused(f"run {run.uuid} is cancelled")
+            now = now or utcnow()
+            retryable = select(TaskRunUnit.id).where(
+                self._retryable(run, failed_only, stale_only, reason, keys, now)
+            )
+            if not is_sqlite(self.session):
+                # A unit row another transaction holds (a worker cut off in the middle of
+                # its commit) is left for a later retry: a retry never waits on a lost host.
+                retryable = retryable.with_for_update(skip_locked=True)
+            result = self.session.execute(
+                update(TaskRunUnit)
+                .where(TaskRunUnit.id.in_(retryable))
+                .values(**redispatched(token, now))
+                .execution_options(synchronize_session=False)
+            )
+            count = result.rowcount
+            if count == 0:
+                raise Refused(f"run {run.uuid} has nothing to retry")
+            run.status = RunStatus.RUNNING
+            run.finished_at = None
+            run.updated_by = actor
+            detail: dict[str, Any] = {
+                "failed_only": failed_only,
+                "stale_only": stale_only,
+                "units": count,
+            }
+            if reason is not None:
+                detail["reason"] = reason
+            if keys is not None:
+                # The audit names what was asked for (capped: a selection is a page at most).
+                detail["unit_keys"] = keys[:200]
+            self._record_action(run.id, "retry", actor, source, address, detail)
+        return Dispatch(run.id, run.uuid, run.type, token, count)
+
+    def cancel(
+        self, run_uuid: str, actor: str, source: str, address: str | None
+    ) -> tuple[list[tuple[int, str]], int]:
+        """Cancel a running run: its pending and running units are skipped.
+
+        Returns (unit id, dispatch token) of the units whose queued jobs can be revoked,
+        and how many units were skipped.
+        """
+        with self._transition() as outbox:
+            run = self._lock_live_run(run_uuid)
+            if run.status != RunStatus.RUNNING:
+                raise Refused(f"run {run.uuid} is {run.status}, not running")
+            queued = [
+                (row.id, row.dispatch_token)
+                for row in self.session.execute(
+                    select(TaskRunUnit.id, TaskRunUnit.dispatch_token).where(
+                        TaskRunUnit.task_run_id == run.id,
+                        TaskRunUnit.status == UnitStatus.PENDING,
+                        TaskRunUnit.deleted_at.is_(None),
+                    )
+                )
+            ]
+            now = utcnow()
+            skipped = self.session.execute(
+                update(TaskRunUnit)
+                .where(
+                    TaskRunUnit.task_run_id == run.id,
+                    TaskRunUnit.status.in_(ACTIVE),
+                    TaskRunUnit.deleted_at.is_(None),
+                )
+                .values(
+                    status=UnitStatus.SKIPPED,
+                    finished_at=now,
+                    updated_at=now,
+                    last_error="cancelled by operator",
+                )
+                .execution_options(synchronize_session=False)
+            ).rowcount
+            run.updated_by = actor
+            self._record_action(
+                run.id, "cancel", actor, source, address, {"units_skipped": skipped}
+            )
+            self._close(run, self._counts(run.id), RunStatus.CANCELLED, outbox)
+        return queued, skipped
+
+    # -- paused task types ---------------------------------------------------------
+
+    def pause_type(self, type_: str, actor: str, source: str, address: str | None) -> bool:
+        """Pause a task type: the gate lets none of its units through until it is resumed.
+
+        Units already running finish their attempt. Returns False if it was paused already.
+        """
+        with write_transaction(self.session):
+            if self.session.get(TaskTypePause, type_) is not None:
+                return False
+            self.session.add(TaskTypePause(type=type_, paused_by=actor))
+            self._record_action(None, "pause", actor, source, address, {"type": type_})
+        return True
+
+    def resume_type(
+        self, type_: str, actor: str, source: str, address: str | None
+    ) -> list[Dispatch] | None:
+        """Resume a paused type: its waiting units get a new dispatch, in one transaction.
+
+        Jobs of the paused time found the gate closed and left their units pending;
+        those units are given new tokens (a fresh drain horizon) and returned as
+        dispatches to enqueue. A job still queued from before carries an old token and
+        does nothing. None: the type was not paused.
+        """
+        dispatches = []
+        with write_transaction(self.session):
+            pause = self.session.get(TaskTypePause, type_)
+            if pause is None:
+                return None
+            self.session.delete(pause)
+            now = utcnow()
+            runs = self.session.execute(
+                select(TaskRun.id, TaskRun.uuid).where(
+                    TaskRun.type == type_,
+                    TaskRun.status == RunStatus.RUNNING,
+                    TaskRun.deleted_at.is_(None),
+                )
+            ).all()
+            for run_id, run_uuid in runs:
+                token = new_token()
+                count = self.session.execute(
+                    update(TaskRunUnit)
+                    .where(
+                        TaskRunUnit.task_run_id == run_id,
+                        TaskRunUnit.status == UnitStatus.PENDING,
+                        TaskRunUnit.deleted_at.is_(None),
+                    )
+                    .values(**redispatched(token, now))
+                    .execution_options(synchronize_session=False)
+                ).rowcount
+                if count:
+                    dispatches.append(Dispatch(run_id, run_uuid, type_, token, count))
+            self._record_action(
+                None,
+                "resume",
+                actor,
+                source,
+                address,
+                {"type": type_, "units": sum(d.count for d in dispatches)},
+            )
+        return dispatches
+
+    def paused_types(self) -> dict[str, TaskTypePause]:
+        rows = self.session.execute(select(TaskTypePause).order_by(TaskTypePause.type)).scalars()
+        return {row.type: row for row in rows}
+
+    def is_paused(self, type_: str) -> bool:
+        return self.session.get(TaskTypePause, type_) is not None

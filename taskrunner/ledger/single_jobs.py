@@ -1,0 +1,147 @@
+"""Single tracked jobs (SPEC §8): a run and its one unit, made on the first attempt."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from database import is_sqlite, utcnow, write_transaction
+from taskrunner import events as ev
+from taskrunner.ledger.base import LedgerBase
+from taskrunner.ledger.records import ACTIVE, Claim, RunInfo, new_token
+from taskrunner.models import TaskRun, TaskRunUnit
+from taskrunner.redaction import bounded
+from taskrunner.types import RunStatus, TaskUnit, UnitStatus
+
+
+class SingleJobs(LedgerBase):
+    """Attempts of fire-and-forget Huey tasks that opted into the ledger."""
+
+    def begin_single_attempt(
+        self, type_: str, unit: TaskUnit, dispatch_uuid: str, initiator: str
+    ) -> Claim | None:
+        """One attempt of a single tracked job: its run and unit, made on the first one.
+
+        Retries of one dispatch carry the same Huey task id (``context.dispatch_uuid``)
+        and re-find their run; another dispatch of the same key opens its own. Each
+        attempt takes the unit (pending, or running if the previous attempt's worker
+        died) with a fresh token and one more attempt. None: the dispatch already
+        settled or was cancelled, so this delivery does nothing.
+        """
+        token = new_token()
+        with self._transition() as outbox:
+            now = utcnow()
+            # Insert-or-select on the unique dispatch key: of two first attempts racing,
+            # one inserts and the other waits for its commit, then finds that run.
+            insert_run = sqlite_insert if is_sqlite(self.session) else pg_insert
+            created = self.session.execute(
+                insert_run(TaskRun)
+                .values(
+                    type=type_,
+                    status=RunStatus.RUNNING,
+                    initiator=initiator,
+                    context={"dispatch_uuid": dispatch_uuid},
+                    dispatch_uuid=dispatch_uuid,
+                    started_at=now,
+                    units_total=1,
+                    created_by=initiator,
+                    updated_by=initiator,
+                )
+                .on_conflict_do_nothing(index_elements=[TaskRun.dispatch_uuid])
+                .returning(TaskRun.id)
+            ).scalar_one_or_none()
+            run = self._lock_dispatch(dispatch_uuid)
+            if created is not None:
+                self._insert_units(run.id, [unit], token, now)
+                self._emit(outbox, ev.RunStarted(run.uuid, type_, initiator, 1), run.id)
+            elif run.status != RunStatus.RUNNING:
+                return None
+            row = self.session.execute(
+                update(TaskRunUnit)
+                .where(
+                    TaskRunUnit.task_run_id == run.id,
+                    TaskRunUnit.status.in_(ACTIVE),
+                    TaskRunUnit.deleted_at.is_(None),
+                )
+                .values(
+                    status=UnitStatus.RUNNING,
+                    dispatch_token=token,
+                    attempts=TaskRunUnit.attempts + 1,
+                    started_at=now,
+                    heartbeat_at=now,
+                    finished_at=None,
+                    stuck_notified_at=None,
+                    updated_at=now,
+                )
+                .returning(TaskRunUnit.id, TaskRunUnit.attempts)
+                .execution_options(synchronize_session=False)
+            ).first()
+            if row is None:
+                return None
+            info = RunInfo(run.id, run.uuid, run.type, dict(run.context or {}))
+        return Claim(row.id, info, unit, row.attempts, token)
+
+    def _lock_dispatch(self, dispatch_uuid: str) -> TaskRun:
+        """Lock a single tracked job's run, found by its unique dispatch key (an index hit)."""
+        stmt = select(TaskRun).where(TaskRun.dispatch_uuid == dispatch_uuid)
+        if not is_sqlite(self.session):
+            stmt = stmt.with_for_update()
+        return self.session.execute(stmt.execution_options(populate_existing=True)).scalar_one()
+
+    def release_attempt(self, claim: Claim, reason: str) -> bool:
+        """An attempt failed and Huey will retry it: pending again, its reason kept."""
+        now = utcnow()
+        with write_transaction(self.session):
+            result = self.session.execute(
+                self._owned(claim).values(
+                    status=UnitStatus.PENDING,
+                    last_error=bounded(reason),
+                    queued_at=now,
+                    heartbeat_at=None,
+                    updated_at=now,
+                )
+            )
+        return result.rowcount == 1
+
+    def release_interrupted_single(self, type_: str, dispatch_uuid: str) -> bool:
+        """A consumer stopped mid-attempt and the job is enqueued again: pending, not lost."""
+        now = utcnow()
+        with write_transaction(self.session):
+            run_id = self.session.execute(
+                select(TaskRun.id).where(
+                    TaskRun.dispatch_uuid == dispatch_uuid,
+                    TaskRun.type == type_,
+                    TaskRun.status == RunStatus.RUNNING,
+                )
+            ).scalar_one_or_none()
+            if run_id is None:
+                return False
+            result = self.session.execute(
+                update(TaskRunUnit)
+                .where(TaskRunUnit.task_run_id == run_id, TaskRunUnit.status == UnitStatus.RUNNING)
+                .values(
+                    status=UnitStatus.PENDING,
+                    queued_at=now,
+                    heartbeat_at=None,
+                    stuck_notified_at=None,
+                    updated_at=now,
+                )
+                .execution_options(synchronize_session=False)
+            )
+        return result.rowcount == 1
+
+    def single_runs(self, type_: str, unit_key: str) -> list[TaskRun]:
+        """Runs of one single tracked job's key, oldest first (one per dispatch)."""
+        return list(
+            self.session.execute(
+                select(TaskRun)
+                .join(TaskRunUnit, TaskRunUnit.task_run_id == TaskRun.id)
+                .where(
+                    TaskRun.type == type_,
+                    TaskRunUnit.unit_key == unit_key,
+                    TaskRun.deleted_at.is_(None),
+                )
+                .order_by(TaskRun.id)
+            ).scalars()
+        )

@@ -1,0 +1,388 @@
+"""The runner's read and operations service: what the backoffice pages, the JSON API and
+the demo seed ask of the runner, and the only way they reach it (through the contract).
+
+Each page or endpoint makes one call here and gets plain values back (runs are handed
+over as they are, to be rendered, never queried). The HTML view and the JSON view of
+one thing make the same call: ``run_detail`` feeds the run page and
+``/api/v1/backoffice/task-runs/<uuid>``, ``runs_page`` the run list and its JSON twin,
+and so on; the ``*_json`` functions only shape what that call returned (SPEC §9,
+``reports``). The reads themselves are the ledger's (``ledger``), the actions the
+runner's services (``runner``); nothing here holds SQL.
+
+Reads that a long-lived caller (a live stream) repeats end their transaction before
+they return, so no connection is held while the caller sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask import current_app
+
+from taskrunner import console, delivery, reports, runner
+from taskrunner.delivery import ParkedDelivery
+from taskrunner.events import CATALOG
+from taskrunner.ledger import (
+    RUN_STATUSES,
+    UNIT_STATUSES,
+    Attention,
+    Bucket,
+    ErrorGroup,
+    InvalidCursor,
+    Page,
+    Throughput,
+    is_uuid,
+    ledger,
+)
+from taskrunner.models import OperatorAction, TaskRun
+from taskrunner.registry import registry
+from taskrunner.reports import error_groups as error_groups_json
+from taskrunner.reports import runs_page as runs_json
+from taskrunner.reports import units_page as units_json
+from taskrunner.runner import Actor
+from taskrunner.settle import settle_here
+from taskrunner.types import Refused, RunStatus
+
+__all__ = [
+    "RUN_STATUSES",
+    "UNIT_STATUSES",
+    "Actor",
+    "Attention",
+    "Bucket",
+    "ErrorGroup",
+    "InvalidCursor",
+    "Page",
+    "ParkedDelivery",
+    "Refused",
+    "RunDetail",
+    "RunList",
+    "StaleUnits",
+    "Throughput",
+    "UnitDetail",
+    "error_groups_json",
+    "is_uuid",
+    "runs_json",
+    "settle_here",
+    "units_json",
+]
+
+DETAIL_CAP = 20
+# The JSON run (API and ``tasks status --json``): up to 100 failed and stale units and
+# the run's newest 200 events, as ``run_detail(run, *JSON_CAPS)``.
+JSON_CAPS = (reports.UNIT_LIST_CAP, 200)
+
+
+@dataclass(frozen=True, slots=True)
+class RunList:
+    """One page of the run list with the columns the page draws (keyed by ``run.id``)."""
+
+    page: Page
+    counts: dict[int, dict[str, int]]
+    stale: dict[int, int]
+    retried: dict[int, int]
+    idle: dict[int, float]
+    paused: set[str]
+    types: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RunDetail:
+    """One run: counts, capped failed/skipped/stale lists, events (newest first), actions."""
+
+    run: TaskRun
+    counts: dict[str, int]
+    failed: Page | None
+    skipped: Page | None
+    stale: Page | None
+    events: list[dict[str, Any]]
+    actions: list[OperatorAction]
+    parked: list[ParkedDelivery]
+    idle: float
+    paused: bool
+    retry_allowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnitDetail:
+    run: TaskRun
+    unit: dict[str, Any]
+    events: list[dict[str, Any]]
+    paused: bool
+    retry_allowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StaleUnits:
+    """Stale units across running runs, and (run uuid, type, count) per run."""
+
+    page: Page
+    by_run: list[tuple[str, str, int]]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, _, n in self.by_run)
+
+
+# -- runs --------------------------------------------------------------------------
+
+
+def find_run(run_uuid: str) -> TaskRun | None:
+    """The run with this uuid (any case); None for a malformed or unknown one."""
+    lowered = run_uuid.lower()
+    return ledger.find_run(lowered) if is_uuid(lowered) else None
+
+
+def retry_allowed(run: TaskRun) -> bool:
+    """Whether a retry of this run can be offered: not cancelled, its type registered."""
+    return run.status != RunStatus.CANCELLED and registry.find(run.type) is not None
+
+
+def runs_page(
+    limit: int = 50,
+    cursor: str | None = None,
+    type_: str | None = None,
+    status: str | None = None,
+    failed_recently: bool = False,
+) -> Page:
+    """Runs newest first, filtered; raises ``InvalidCursor``."""
+    return ledger.runs_page(
+        limit=limit, cursor=cursor, type_=type_, status=status, failed_recently=failed_recently
+    )
+
+
+def run_list(page: Page, type_: str | None = None) -> RunList:
+    """The run list's columns for a page of ``runs_page``."""
+    retried = ledger.retried_runs(page.items)
+    return RunList(
+        page=page,
+        counts=ledger.live_counts(page.items),
+        stale=ledger.stale_per_run(page.items),
+        retried=retried,
+        # Only a retried run has idle time (closed, waiting for the retry).
+        idle=ledger.idle_by_run(list(retried)),
+        paused=set(ledger.paused_types()),
+        types=ledger.run_types(type_),
+    )
+
+
+def run_units(
+    run: TaskRun,
+    status: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    stale_only: bool = False,
+) -> Page:
+    """A run's units in order, with their stale reasons; raises ``InvalidCursor``."""
+    return ledger.run_units_page(
+        run, status=status, stale_only=stale_only, limit=limit, cursor=cursor
+    )
+
+
+def run_detail(run: TaskRun, cap: int = DETAIL_CAP, events: int = DETAIL_CAP) -> RunDetail:
+    """Everything the run page and the run's JSON show, with lists capped at ``cap``."""
+    counts = ledger.run_counts(run)
+    return RunDetail(
+        run=run,
+        counts=counts,
+        failed=run_units(run, status="failed", limit=cap) if counts["failed"] else None,
+        skipped=run_units(run, status="skipped", limit=cap) if counts["skipped"] else None,
+        stale=run_units(run, stale_only=True, limit=cap) if counts["stale"] else None,
+        events=ledger.run_events(run, limit=events),
+        actions=ledger.run_actions(run),
+        parked=delivery.parked(run_id=run.id, limit=cap),
+        idle=ledger.idle_seconds(run),
+        paused=ledger.is_paused(run.type),
+        retry_allowed=retry_allowed(run),
+    )
+
+
+def run_events(run: TaskRun, limit: int = 200) -> list[dict[str, Any]]:
+    """A run's events, newest first."""
+    return ledger.run_events(run, limit=limit)
+
+
+def unit_detail(run: TaskRun, unit_key: str) -> UnitDetail | None:
+    found = ledger.find_unit(run, unit_key)
+    if found is None:
+        return None
+    return UnitDetail(
+        run=run,
+        unit=found,
+        events=ledger.unit_events(run, found["unit_key"]),
+        paused=ledger.is_paused(run.type),
+        retry_allowed=retry_allowed(run),
+    )
+
+
+def error_groups(run: TaskRun) -> list[ErrorGroup]:
+    """Failed units grouped by their redacted reason, biggest group first."""
+    return ledger.error_groups(run)
+
+
+def stale_units(limit: int = 100, cursor: str | None = None) -> StaleUnits:
+    """Stale units across running runs, oldest first; raises ``InvalidCursor``."""
+    page = ledger.stale_units_page(limit=limit, cursor=cursor)
+    return StaleUnits(page, ledger.stale_counts_by_run() if page.items else [])
+
+
+def unit_history(
+    unit_key: str | None = None,
+    tenant_id: int | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page:
+    """One unit key's or one tenant's units across runs, newest first."""
+    return ledger.unit_history(unit_key=unit_key, tenant_id=tenant_id, limit=limit, cursor=cursor)
+
+
+def failure_streak(history: list[dict[str, Any]]) -> int:
+    """How many of the newest terminal outcomes of a history failed in a row."""
+    return ledger.failure_streak(history)
+
+
+# -- the console: badges, throughput, workers, queues, search, parked events -------------
+
+
+def attention() -> Attention:
+    return ledger.attention()
+
+
+def throughput() -> Throughput:
+    return ledger.throughput()
+
+
+def consumers() -> dict[str, Any]:
+    return console.consumers()
+
+
+def queues() -> dict[str, Any]:
+    return console.queues()
+
+
+def search(query: str, limit: int = 20) -> dict[str, Any]:
+    return console.search(query, limit)
+
+
+def parked_events(limit: int = 100) -> tuple[list[ParkedDelivery], int, int]:
+    """(newest parked deliveries, how many are parked, the attempts before parking)."""
+    return (
+        delivery.parked(limit=limit),
+        delivery.count_parked(),
+        current_app.config["TASK_RUNNER_EVENT_MAX_ATTEMPTS"],
+    )
+
+
+def event_names() -> list[str]:
+    return [event.name for event in CATALOG]
+
+
+# -- live pages --------------------------------------------------------------------
+
+
+def _released(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    finally:
+        ledger.session.rollback()  # no transaction held while the caller sleeps
+
+
+def runs_marker(run_ids: list[int]) -> str:
+    """What moves when one of these runs (or the set of runs) changes."""
+    return _released(lambda: f"{ledger.newest_run_id()}|{ledger.live_marker(run_ids)}")
+
+
+def run_marker(run_id: int) -> str:
+    return _released(lambda: ledger.live_marker([run_id]))
+
+
+def run_state(run_id: int) -> tuple[str, datetime | None]:
+    """A run's status and finish time ("gone" once pruned)."""
+    return _released(lambda: ledger.run_state(run_id))
+
+
+def run_ids_of(uuids: list[str]) -> list[int]:
+    return ledger.run_ids_of(uuids)
+
+
+# -- operator actions (the runner's services, recorded with who and where) -------------
+
+
+def count_retryable(
+    run: TaskRun,
+    failed_only: bool,
+    reason: str | None = None,
+    unit_keys: list[str] | None = None,
+) -> int:
+    """How many units a retry with these arguments would re-dispatch (the confirm count)."""
+    return ledger.count_retryable(run, failed_only, reason=reason, unit_keys=unit_keys)
+
+
+def retry(
+    run_uuid: str,
+    actor: Actor,
+    failed_only: bool = False,
+    reason: str | None = None,
+    unit_keys: list[str] | None = None,
+) -> int:
+    """Re-dispatch a run's failed, pending and stale units; raises ``Refused``."""
+    return runner.retry(
+        run_uuid, failed_only=failed_only, actor=actor, reason=reason, unit_keys=unit_keys
+    )
+
+
+def count_cancellable(run: TaskRun) -> int:
+    counts = ledger.run_counts(run)
+    return counts["pending"] + counts["running"]
+
+
+def cancel(run_uuid: str, actor: Actor) -> int:
+    """Cancel a running run; the units skipped. Raises ``Refused``."""
+    return runner.cancel(run_uuid, actor=actor)
+
+
+def stale_by_run() -> list[tuple[str, str, int]]:
+    """(run uuid, type, stale units) of every running run with stale units."""
+    return ledger.stale_counts_by_run()
+
+
+def retry_stale(actor: Actor) -> tuple[int, list[str]]:
+    return runner.retry_stale(actor=actor)
+
+
+def is_registered(type_: str) -> bool:
+    return registry.find(type_) is not None
+
+
+def count_pending_of_type(type_: str) -> int:
+    """Pending units of a type's running runs (what a pause holds back or a resume sends)."""
+    return ledger.count_pending_of_type(type_)
+
+
+def pause(type_: str, actor: Actor) -> bool:
+    return runner.pause(type_, actor=actor)
+
+
+def resume(type_: str, actor: Actor) -> int:
+    return runner.resume(type_, actor=actor)
+
+
+# -- JSON shapes (SPEC §9) of what the calls above return ----------------------------------
+
+
+def run_report(run: TaskRun) -> dict[str, Any]:
+    """The JSON of one run (the API, ``tasks status RUN --json``): ``run_detail`` shaped."""
+    return run_json(run_detail(run, *JSON_CAPS))
+
+
+def run_json(detail: RunDetail) -> dict[str, Any]:
+    """The run's JSON: failed and stale units, events oldest first."""
+    return reports.run_detail(
+        detail.run,
+        detail.counts,
+        failed_units=detail.failed.items if detail.failed else [],
+        stale_units=detail.stale.items if detail.stale else [],
+        events=list(reversed(detail.events)),
+    )

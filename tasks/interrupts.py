@@ -1,0 +1,87 @@
+"""A consumer's stop signal, told apart from whatever a job raised.
+
+Huey's process workers answer SIGTERM with a ``KeyboardInterrupt`` raised by the
+signal handler Huey installs in each worker (``huey.consumer``), so the innermost
+frame of that exception's traceback is the handler's. Such an interrupt must reach
+Huey, which fires ``SIGNAL_INTERRUPTED`` and lets the work be handed back. A library
+cleaning up after the interrupt can raise an error of its own in its place
+(SQLAlchemy's pool, resetting a connection the interrupt left mid-statement, raises
+``ProgrammingError``): the stop is then found behind that error, in its cause or
+context. A library may also re-raise the interrupt with its traceback cut off
+(psycopg raises ``ex.with_traceback(None)``, so an interrupt that lands in a
+statement no longer shows the handler's frame): every worker therefore notes the
+stop signal itself, before the handler runs (``watch_stop_signal``), and an
+interrupt in a process that received it is the stop whatever its traceback.
+Any other ``BaseException`` -- a job calling ``sys.exit()``, or raising
+``KeyboardInterrupt`` itself -- is that job's failure: handing it back would run it
+again, forever.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+STOP_HANDLER_MODULES = ("huey.consumer", "tasks.lean")  # Huey's handler, and the lean lanes'
+_stop_signal_received = False
+
+
+def note_stop_signal() -> None:
+    """Record that this process was told to stop (from its stop signal's handler)."""
+    global _stop_signal_received
+    _stop_signal_received = True
+
+
+def stop_signal_received() -> bool:
+    return _stop_signal_received
+
+
+def watch_stop_signal() -> None:
+    """A process worker's startup hook: note SIGTERM before Huey's handler interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # thread workers are never interrupted by a signal
+    interrupt = signal.getsignal(signal.SIGTERM)
+    if not callable(interrupt) or getattr(interrupt, "notes_stop", False):
+        return
+
+    def on_stop(signum, frame):  # noqa: ANN001 - a signal handler's signature
+        note_stop_signal()
+        interrupt(signum, frame)
+
+    on_stop.notes_stop = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGTERM, on_stop)
+
+
+def _raised_by_stop_handler(exc: KeyboardInterrupt) -> bool:
+    trace = exc.__traceback__
+    if trace is None:
+        return False
+    while trace.tb_next is not None:
+        trace = trace.tb_next
+    return trace.tb_frame.f_globals.get("__name__") in STOP_HANDLER_MODULES
+
+
+def consumer_stop(exc: BaseException) -> KeyboardInterrupt | None:
+    """The consumer's stop signal: ``exc`` itself, or found behind it; else None."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt) and (
+            _stop_signal_received or _raised_by_stop_handler(current)
+        ):
+            return current
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
+def raise_if_stopping(exc: BaseException) -> None:
+    """Let a consumer's stop go on to Huey, which hands the work back; else return."""
+    stop = consumer_stop(exc)
+    if stop is exc:
+        raise exc
+    if stop is not None:
+        raise KeyboardInterrupt from exc

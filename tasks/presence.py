@@ -1,0 +1,307 @@
+"""Consumers register themselves and heartbeat: who serves which queue, doing what.
+
+Every Huey consumer process (``huey_consumer`` per queue, or the lean consumer)
+upserts one row of ``consumers`` when it starts and every
+``CONSUMER_HEARTBEAT_SECONDS`` after: host, pid, queues, worker type and count,
+and what each of its workers is executing now. That is one statement per beat per
+consumer, never one per task: workers write what they run into memory shared with
+the consumer process (``Board``, made before the workers fork), from Huey's own
+``executing`` and ``complete``/``error``/… signals, and the consumer's heartbeat
+thread reads it. A consumer stopped cleanly deletes its row; one killed stops
+beating, is shown as lost after three beats, and is forgotten after
+``CONSUMER_RETENTION_MINUTES`` by the next beat of any consumer.
+
+The row lives in the ledger's database, so it works with every queue driver and
+any number of hosts. The heartbeat thread uses its own engine without a pool: a
+worker the consumer forks again after a crash must not inherit an open connection.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flask import Flask
+from huey import Huey
+from huey import signals as S
+from huey.consumer import Consumer
+from sqlalchemy import JSON, Engine, Index, Integer, String, create_engine, delete
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.pool import NullPool
+
+from database import configure_engine, engine_options, utcnow
+from extensions import db
+
+logger = logging.getLogger(__name__)
+
+# Signals after which a worker is no longer executing the task it announced.
+DONE_SIGNALS = (
+    S.SIGNAL_COMPLETE,
+    S.SIGNAL_ERROR,
+    S.SIGNAL_INTERRUPTED,
+    S.SIGNAL_TIMEOUT,
+    S.SIGNAL_CANCELED,
+    S.SIGNAL_RATE_LIMITED,
+    S.SIGNAL_LOCKED,
+    S.SIGNAL_RETRYING,
+)
+SLOT_BYTES = 256
+LOST_AFTER_BEATS = 3
+# A beat is one upsert; forgetting long-lost consumers is done at most once a minute.
+FORGET_EVERY = timedelta(minutes=1)
+
+
+class ConsumerPresence(db.Model):
+    __tablename__ = "consumers"
+
+    id: Mapped[str] = mapped_column(String(191), primary_key=True)
+    host: Mapped[str] = mapped_column(String(191))
+    pid: Mapped[int] = mapped_column(Integer)
+    queues: Mapped[list] = mapped_column(JSON, default=list)
+    worker_type: Mapped[str] = mapped_column(String(16))
+    workers: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # What each worker executes now: [{"pid", "thread", "task", "task_id", "since"}].
+    running: Mapped[list] = mapped_column(JSON, default=list)
+
+    __table_args__ = (Index("ix_consumers_heartbeat_at", "heartbeat_at"),)
+
+
+class Board:
+    """Fixed slots in shared memory, one per worker, holding what it executes now.
+
+    Made in the consumer process before its workers start (forked processes, threads
+    or greenlets all see it); each worker claims a slot by its pid and thread on its
+    first task and rewrites only that slot.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._memory = multiprocessing.Array(ctypes.c_char, slots * SLOT_BYTES)
+        self._mine: dict[str, int] = {}
+
+    @staticmethod
+    def _owner() -> str:
+        return f"{os.getpid()}.{threading.get_ident()}"
+
+    def _read_slot(self, index: int) -> list[str]:
+        raw = self._memory[index * SLOT_BYTES : (index + 1) * SLOT_BYTES].rstrip(b"\0")
+        return raw.decode("utf-8", "replace").split("|") if raw else []
+
+    def _write_slot(self, index: int, fields: Iterable[str]) -> None:
+        raw = "|".join(f.replace("|", "/") for f in fields).encode()[:SLOT_BYTES]
+        self._memory[index * SLOT_BYTES : (index + 1) * SLOT_BYTES] = raw.ljust(SLOT_BYTES, b"\0")
+
+    def _slot(self) -> int | None:
+        owner = self._owner()
+        index = self._mine.get(owner)
+        if index is not None:
+            return index
+        with self._memory.get_lock():
+            free = None
+            for i in range(self.slots):
+                fields = self._read_slot(i)
+                if fields and fields[0] == owner:
+                    free = i
+                    break
+                if not fields and free is None:
+                    free = i
+            if free is None:
+                return None  # more workers than slots: this one is not shown
+            self._write_slot(free, (owner, "", "", ""))
+        self._mine[owner] = free
+        return free
+
+    def executing(self, _signal: str, task: Any, *_args: Any) -> None:
+        index = self._slot()
+        if index is not None:
+            self._write_slot(index, (self._owner(), task.name, task.id, f"{time.time():.3f}"))
+
+    def done(self, _signal: str, task: Any, *_args: Any) -> None:
+        index = self._slot()
+        if index is not None:
+            self._write_slot(index, (self._owner(), "", "", ""))
+
+    def forget_dead(self) -> None:
+        """Free the slots of worker processes that are gone (a crashed worker, restarted)."""
+        with self._memory.get_lock():
+            for i in range(self.slots):
+                fields = self._read_slot(i)
+                if fields and not _alive(int(fields[0].split(".")[0])):
+                    self._memory[i * SLOT_BYTES : (i + 1) * SLOT_BYTES] = b"\0" * SLOT_BYTES
+
+    def read(self) -> list[dict[str, Any]]:
+        """What every worker executes now (idle workers are left out)."""
+        running = []
+        for i in range(self.slots):
+            fields = self._read_slot(i)
+            if len(fields) == 4 and fields[1]:
+                pid, _, thread = fields[0].partition(".")
+                since = datetime.fromtimestamp(float(fields[3]), UTC).replace(tzinfo=None)
+                running.append(
+                    {
+                        "pid": int(pid),
+                        "thread": int(thread),
+                        "task": fields[1],
+                        "task_id": fields[2],
+                        "since": since.isoformat(timespec="seconds") + "Z",
+                    }
+                )
+        return running
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Presence:
+    """One consumer's row: registered at start, beaten by a thread, deleted at stop."""
+
+    def __init__(
+        self, app: Flask, queues: list[str], worker_type: str, workers: int, board: Board
+    ) -> None:
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.started_at = utcnow()
+        self.id = f"{self.host}:{self.pid}:{int(time.time() * 1000)}"
+        self.queues = queues
+        self.worker_type = worker_type
+        self.workers = workers
+        self.board = board
+        self.interval = float(app.config["CONSUMER_HEARTBEAT_SECONDS"])
+        self.retention = timedelta(minutes=app.config["CONSUMER_RETENTION_MINUTES"])
+        self.engine = _engine(app)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._forgot_at: datetime | None = None
+
+    def start(self) -> None:
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="consumer-presence", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except Exception:
+                logger.exception("Heartbeat of consumer %s failed", self.id)
+
+    def beat(self) -> None:
+        self.board.forget_dead()
+        now = utcnow()
+        values = {
+            "id": self.id,
+            "host": self.host,
+            "pid": self.pid,
+            "queues": self.queues,
+            "worker_type": self.worker_type,
+            "workers": self.workers,
+            "started_at": self.started_at,
+            "heartbeat_at": now,
+            "running": self.board.read(),
+        }
+        table = ConsumerPresence.__table__
+        dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
+        upsert = dialect.insert(table).values(**values)
+        upsert = upsert.on_conflict_do_update(
+            index_elements=["id"],
+            set_={"heartbeat_at": now, "running": values["running"]},
+        )
+        forget = self._forgot_at is None or now - self._forgot_at >= FORGET_EVERY
+        with self.engine.begin() as conn:
+            conn.execute(upsert)
+            if forget:
+                # Consumers killed long ago (no clean stop deleted their row) are forgotten.
+                conn.execute(delete(table).where(table.c.heartbeat_at < now - self.retention))
+        if forget:
+            self._forgot_at = now
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            with self.engine.begin() as conn:
+                table = ConsumerPresence.__table__
+                conn.execute(delete(table).where(table.c.id == self.id))
+        except Exception:
+            logger.exception("Consumer %s could not remove its row", self.id)
+        self.engine.dispose()
+
+
+def _engine(app: Flask) -> Engine:
+    options = engine_options(app.config)
+    options.pop("pool_pre_ping", None)
+    engine = create_engine(app.config["SQLALCHEMY_DATABASE_URI"], poolclass=NullPool, **options)
+    configure_engine(engine)
+    return engine
+
+
+def watch(hueys: Iterable[Huey], board: Board) -> None:
+    """Let the workers of these queues write what they execute on the board."""
+    for huey in hueys:
+        huey.signal(S.SIGNAL_EXECUTING)(board.executing)
+        huey.signal(*DONE_SIGNALS)(board.done)
+
+
+class PresentMixin:
+    """A consumer that registers itself and heartbeats (mixed into Huey's and the lean one)."""
+
+    presence: Presence | None = None
+
+    def _present(self, app: Flask, hueys: list[Huey], worker_type: str, workers: int) -> None:
+        # Two slots per worker: a restarted worker claims a new one before the old is freed.
+        board = Board(max(2, 2 * workers))
+        watch(hueys, board)
+        self.presence = Presence(
+            app, [h.name.removeprefix("taskledger.") for h in hueys], worker_type, workers, board
+        )
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            if self.presence is not None:
+                self.presence.stop()
+
+    def start(self) -> None:
+        super().start()
+        if self.presence is not None:
+            try:
+                self.presence.start()
+            except Exception:
+                # The queue still runs when the database is briefly unreachable at start;
+                # the thread is not started, so this consumer is simply not shown.
+                logger.exception("Consumer %s could not register", self.presence.id)
+
+
+class PresentConsumer(PresentMixin, Consumer):
+    """Huey's consumer, registered: what ``huey_consumer tasks.consumer.<queue>`` runs."""
+
+    def __init__(self, app: Flask, huey: Huey, **options: Any) -> None:
+        super().__init__(huey, **options)
+        self._present(app, [huey], self.worker_type, self.workers)
+
+
+def consumer_factory(app: Flask, huey: Huey):
+    """``huey.create_consumer`` for one of our Huey instances."""
+
+    def create_consumer(**options: Any) -> Consumer:
+        return PresentConsumer(app, huey, **options)
+
+    return create_consumer

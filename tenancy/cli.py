@@ -1,0 +1,73 @@
+"""``flask tenants create|list|import|close``: thin commands over the tenant services."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import NoReturn
+
+import click
+from flask.cli import AppGroup
+
+from tenancy import services as tenants
+from tenancy.services import TenantError
+
+tenants_cli = AppGroup("tenants", help="Tenants: create, list, import, close; their API tokens.")
+
+
+def refuse(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@tenants_cli.command("create")
+@click.argument("name")
+def create_command(name: str) -> None:
+    """Create an active tenant; print its id on the last line."""
+    try:
+        tenant = tenants.create(name)
+    except TenantError as exc:
+        refuse(str(exc))
+    click.echo(f"created tenant {tenant.name!r}", err=True)
+    click.echo(tenant.id)
+
+
+@tenants_cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_command(as_json: bool) -> None:
+    """Every tenant: id, name, status."""
+    rows = [tenants.tenant_dict(t) for t in tenants.listing()]
+    if as_json:
+        click.echo(json.dumps({"tenants": rows}, indent=2))
+        return
+    click.echo(f"{'id':>8}  {'status':10}  name")
+    for row in rows:
+        click.echo(f"{row['id']:>8}  {row['status']:10}  {row['name']}")
+
+
+@tenants_cli.command("import")
+@click.argument("path", type=click.Path(dir_okay=False))
+def import_command(path: str) -> None:
+    """Create tenants from a CSV file with a 'name' column; names already taken are skipped."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            report = tenants.import_csv(handle)
+    except OSError as exc:
+        refuse(f"cannot read {path}: {exc.strerror or exc}")
+    except TenantError as exc:
+        refuse(str(exc))
+    click.echo(f"imported {report.created} tenants ({report.skipped} already there)")
+
+
+@tenants_cli.command("close")
+@click.argument("tenant_id", type=int)
+def close_command(tenant_id: int) -> None:
+    """Close a tenant: its API tokens stop working at once."""
+    try:
+        closed = tenants.close(tenant_id)
+    except TenantError as exc:
+        refuse(str(exc))
+    click.echo(
+        f"tenant {tenant_id} "
+        + ("closed: its API tokens no longer work" if closed else "was already closed")
+    )

@@ -1,0 +1,147 @@
+"""Tenant lifecycle services: plain values in, domain errors out."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from sqlalchemy import func, select
+
+from database import iso, utcnow, write_transaction
+from extensions import db
+from tenancy.models import CLOSED, Tenant
+
+MAX_ID = 2**63 - 1
+NAME_MAX = 191
+
+
+class TenantError(Exception):
+    """A refusal an operator may read."""
+
+
+def close(tenant_id: int) -> bool:
+    """Close a tenant: its API tokens stop working at once.
+
+    Returns whether this call closed it (False: it already was closed).
+    """
+    with write_transaction(db.session):
+        tenant = db.session.get(Tenant, tenant_id) if 0 < tenant_id <= MAX_ID else None
+        if tenant is None:
+            raise TenantError(f"no tenant {tenant_id}")
+        if tenant.status == CLOSED:
+            return False
+        tenant.status = CLOSED
+        tenant.status_changed_at = utcnow()
+    return True
+
+
+def tenant_dict(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "id": tenant.id,
+        "name": tenant.name,
+        "status": tenant.status,
+        "created_at": iso(tenant.created_at),
+    }
+
+
+def create(name: str) -> Tenant:
+    """A new active tenant; the name is what operators search for."""
+    clean = " ".join(name.split())
+    if not clean:
+        raise TenantError("a tenant needs a name")
+    if len(clean) > NAME_MAX:
+        raise TenantError(f"a tenant name has at most {NAME_MAX} characters")
+    if any(ord(c) < 32 for c in clean):
+        raise TenantError("a tenant name cannot hold control characters")
+    with write_transaction(db.session):
+        tenant = Tenant(name=clean, status="active")
+        db.session.add(tenant)
+    return tenant
+
+
+def listing(limit: int | None = None) -> list[Tenant]:
+    stmt = select(Tenant).order_by(Tenant.id)
+    if limit:
+        stmt = stmt.limit(limit)
+    return list(db.session.execute(stmt).scalars())
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    created: int
+    skipped: int
+
+
+def import_csv(handle: TextIO) -> ImportReport:
+    """Create tenants from a CSV with a ``name`` column, in one transaction.
+
+    A name already taken (any case) is skipped, so importing a file twice creates
+    nothing the second time. A file without a ``name`` column, or with a bad name,
+    creates nothing and says which line.
+    """
+    try:
+        reader = csv.DictReader(handle)
+        fields = [f.strip().lower() for f in reader.fieldnames or []]
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise TenantError(f"not a CSV file: {exc}") from None
+    if "name" not in fields:
+        raise TenantError("the CSV needs a header line with a 'name' column")
+    column = (reader.fieldnames or [])[fields.index("name")]
+    names: list[str] = []
+    try:
+        for row in reader:
+            line = reader.line_num  # the file's line: blank lines are skipped
+            name = " ".join((row.get(column) or "").split())
+            if not name:
+                raise TenantError(f"line {line}: empty name")
+            if len(name) > NAME_MAX or any(ord(c) < 32 for c in name):
+                raise TenantError(f"line {line}: not a valid tenant name")
+            names.append(name)
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise TenantError(f"not a CSV file: {exc}") from None
+    created = skipped = 0
+    with write_transaction(db.session):
+        taken = {n.lower() for n in db.session.execute(select(Tenant.name)).scalars()}
+        for name in names:
+            if name.lower() in taken:
+                skipped += 1
+                continue
+            taken.add(name.lower())
+            db.session.add(Tenant(name=name, status="active"))
+            created += 1
+    return ImportReport(created, skipped)
+
+
+def matching(text: str, limit: int = 20) -> list[dict[str, Any]]:
+    """Tenants whose id is ``text`` or whose name contains it (any case)."""
+    text = text.strip()
+    if not text:
+        return []
+    found: list[Tenant] = []
+    if text.isdigit() and 0 < int(text) <= MAX_ID:
+        tenant = db.session.get(Tenant, int(text))
+        if tenant is not None:
+            found.append(tenant)
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    found += db.session.execute(
+        select(Tenant)
+        .where(func.lower(Tenant.name).like(f"%{escaped}%", escape="\\"))
+        .order_by(Tenant.name, Tenant.id)
+        .limit(limit)
+    ).scalars()
+    seen: set[int] = set()
+    unique = [t for t in found if not (t.id in seen or seen.add(t.id))]
+    return [tenant_dict(t) for t in unique[:limit]]
+
+
+def names(ids: Iterable[int | None]) -> dict[int, str]:
+    """Tenant names by id, in one query (for pages that show tenant ids)."""
+    wanted = sorted({int(i) for i in ids if i is not None and 0 < int(i) <= MAX_ID})
+    if not wanted:
+        return {}
+    rows = db.session.execute(
+        select(Tenant.id, Tenant.name).where(Tenant.id.in_(wanted[:1000]))
+    ).all()
+    return {row.id: row.name for row in rows}

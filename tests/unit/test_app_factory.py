@@ -1,0 +1,119 @@
+"""The app factory: each app holds its own runner state, and building one writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from taskrunner import events, tenant_scope
+from taskrunner.contract import bind_tenant_context, register, subscribe
+from taskrunner.redaction import scrub
+from taskrunner.registry import registry, registry_of
+from tests.factories import ControlledTask
+from tests.support import ROOT
+
+
+def test_two_apps_in_one_process_share_no_runner_state(make_app):
+    first, second = make_app(), make_app()
+    entered = []
+    with first.app_context():
+        register(ControlledTask("tests.first_only"))
+        subscribe("tasks.run.completed", entered.append)
+        bind_tenant_context(entered.append, lambda: None)
+
+    with second.app_context():
+        assert registry.find("tests.first_only") is None
+        assert events.subscribers("tasks.run.completed") == {}
+        with tenant_scope.tenant(7):
+            assert entered == []
+    with first.app_context():
+        assert registry.find("tests.first_only") is not None
+        assert list(events.subscribers("tasks.run.completed").values()) == [entered.append]
+        with tenant_scope.tenant(7):
+            assert entered == [7]
+
+
+def test_every_app_binds_its_own_scrubber_and_registers_the_projects_types(make_app):
+    for app in (make_app(), make_app()):
+        assert "diagnostics.probe" in registry_of(app).types()
+        with app.app_context():
+            assert scrub("ssn 123-45-6789") == "ssn [ssn]"
+
+
+def test_the_instance_path_comes_from_the_config_of_each_app(make_app, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert make_app(INSTANCE_PATH=str(one)).instance_path == str(one)
+    assert make_app(INSTANCE_PATH=str(two)).instance_path == str(two)
+
+
+FRESH_PROCESS = """
+import json, logging, os, sys
+from app import create_app
+
+root = logging.getLogger()
+before = (list(root.handlers), root.level, logging.getLogRecordFactory(), sys.excepthook)
+app = create_app()
+after = (list(root.handlers), root.level, logging.getLogRecordFactory(), sys.excepthook)
+with app.app_context():
+    pass
+print(json.dumps({
+    "instance_path": app.instance_path,
+    "database": app.config["SQLALCHEMY_DATABASE_URI"],
+    "logging_untouched": before == after,
+    "secret_key": app.config["SECRET_KEY"],
+}))
+"""
+
+
+def fresh_process(env: dict[str, str], cwd) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    prefixes = ("PYTEST", "DATABASE_", "QUEUE_", "REDIS_", "LOG_", "SECRET_", "INSTANCE_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    return env | {"PYTHONPATH": str(ROOT), **extra}
+
+
+def test_building_an_app_writes_nothing_and_leaves_logging_alone(tmp_path):
+    instance = tmp_path / "instance"  # not there yet: nothing may make it
+
+    found = fresh_process(clean_env(INSTANCE_PATH=str(instance)), cwd=tmp_path)
+
+    assert found["instance_path"] == str(instance)
+    assert found["database"] == f"sqlite:///{instance / 'taskledger.db'}"
+    assert found["logging_untouched"]
+    assert found["secret_key"] is None
+    assert not instance.exists()
+    assert list(tmp_path.iterdir()) == [], "the factory wrote into its working directory"
+
+
+def test_a_flask_command_makes_the_instance_key_once_and_the_next_app_reads_it(tmp_path):
+    """``make migrate`` (``flask db upgrade``) is the step that makes it for ``make run``."""
+    instance = tmp_path / "instance"
+    env = clean_env(INSTANCE_PATH=str(instance))
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "flask", "--app", "app", "db", "upgrade"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    key = (instance / "secret_key").read_text().strip()
+    assert len(key) == 64
+
+    assert fresh_process(env, cwd=tmp_path)["secret_key"] == key

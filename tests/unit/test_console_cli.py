@@ -1,0 +1,160 @@
+"""``flask tasks retry --reason/--unit``, ``tasks pause/resume`` and ``flask tenants``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from extensions import db
+from taskrunner.ledger import ledger
+from tenancy.models import Tenant
+
+
+@pytest.fixture
+def inline_cli(inline_app):
+    return inline_app.test_cli_runner()
+
+
+def start(cli, context: dict) -> str:
+    result = cli.invoke(
+        args=["tasks", "start", "diagnostics.probe", "--context", json.dumps(context)]
+    )
+    assert result.exit_code == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def failed_keys(app, run_uuid: str) -> dict[str, int]:
+    with app.app_context():
+        run = ledger.get_run(run_uuid)
+        return {
+            u["unit_key"]: u["attempts"]
+            for u in ledger.run_units_page(run, status="failed", limit=100).items
+        }
+
+
+def test_retry_of_one_error_group_retries_only_its_units(inline_app, inline_cli):
+    # Units 3 and 6: domain refusals; 5: a vendor error (with fake secrets in it).
+    run_uuid = start(inline_cli, {"units": 6, "fail_every": 3, "vendor_fail_every": 5})
+
+    result = inline_cli.invoke(
+        args=["tasks", "retry", run_uuid, "--failed-only", "--reason", "probe unit # failed"]
+    )
+
+    assert result.exit_code == 0, result.stderr
+    assert f"re-dispatched 2 units of run {run_uuid}" in result.stdout
+    # The probe fails the same way again: the group's units have a second attempt, the
+    # vendor error's unit still one.
+    attempts = failed_keys(inline_app, run_uuid)
+    assert {k: v for k, v in attempts.items()} == {"probe-3": 2, "probe-5": 1, "probe-6": 2}
+
+
+def test_retry_of_named_units_takes_only_those(inline_app, inline_cli):
+    run_uuid = start(inline_cli, {"units": 6, "fail_every": 3})
+
+    result = inline_cli.invoke(args=["tasks", "retry", run_uuid, "--unit", "probe-6"])
+
+    assert result.exit_code == 0, result.stderr
+    assert "re-dispatched 1 units" in result.stdout
+    assert failed_keys(inline_app, run_uuid) == {"probe-3": 1, "probe-6": 2}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--reason", "no such group"], 1, "nothing to retry"),
+        (["--unit", "probe-1"], 1, "nothing to retry"),  # completed: never retried
+        (["--unit", "probe-3", "--reason", "x"], 2, "not both"),
+        (["--reason", " "], 2, "--reason needs"),
+    ],
+)
+def test_targeted_retry_refusals_are_one_line(inline_cli, args, code, message):
+    run_uuid = start(inline_cli, {"units": 3, "fail_every": 3})
+    result = inline_cli.invoke(args=["tasks", "retry", run_uuid, *args])
+    assert result.exit_code == code
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_pause_and_resume_a_type_from_the_cli(app, cli):
+    assert cli.invoke(args=["tasks", "pause", "diagnostics.probe"]).stdout.strip() == (
+        "task type diagnostics.probe paused"
+    )
+    again = cli.invoke(args=["tasks", "pause", "diagnostics.probe"])
+    assert again.exit_code == 0 and "already paused" in again.stdout
+    run_uuid = start(cli, {"units": 3})
+    with app.app_context():
+        assert ledger.is_paused("diagnostics.probe")
+
+    resumed = cli.invoke(args=["tasks", "resume", "diagnostics.probe"])
+
+    assert resumed.exit_code == 0, resumed.stderr
+    assert "3 waiting units dispatched" in resumed.stdout
+    with app.app_context():
+        assert not ledger.is_paused("diagnostics.probe")
+        assert ledger.get_run(run_uuid).status == "running"
+    unknown = cli.invoke(args=["tasks", "pause", "no.such.type"])
+    assert (unknown.exit_code, unknown.stderr.count("\n")) == (1, 1)
+    assert "not registered" in unknown.stderr
+    not_paused = cli.invoke(args=["tasks", "resume", "diagnostics.probe"])
+    assert not_paused.exit_code == 1 and "is not paused" in not_paused.stderr
+
+
+def test_tenants_create_list_import_and_close(app, cli, tmp_path):
+    created = cli.invoke(args=["tenants", "create", "  Acme   Corporation "])
+    assert created.exit_code == 0, created.stderr
+    acme = int(created.stdout.strip().splitlines()[-1])
+
+    sheet = tmp_path / "tenants.csv"
+    sheet.write_text("id,Name\n1,Globex\n2,acme corporation\n3,Initech\n", encoding="utf-8")
+    imported = cli.invoke(args=["tenants", "import", str(sheet)])
+    assert imported.exit_code == 0, imported.stderr
+    assert "imported 2 tenants (1 already there)" in imported.stdout
+    again = cli.invoke(args=["tenants", "import", str(sheet)])
+    assert "imported 0 tenants (3 already there)" in again.stdout
+
+    closed = cli.invoke(args=["tenants", "close", str(acme)])
+    assert closed.exit_code == 0 and "no longer work" in closed.stdout
+
+    listing = json.loads(cli.invoke(args=["tenants", "list", "--json"]).stdout)
+    assert [(t["name"], t["status"]) for t in listing["tenants"]] == [
+        ("Acme Corporation", "closed"),
+        ("Globex", "active"),
+        ("Initech", "active"),
+    ]
+    assert set(listing["tenants"][0]) == {"id", "name", "status", "created_at"}
+    table = cli.invoke(args=["tenants", "list"]).stdout
+    assert "Initech" in table and "closed" in table
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("title\nAcme\n", "needs a header line with a 'name' column"),
+        ("name\nAcme\n\n,\n", "line 4: empty name"),
+        ("name\n" + "x" * 200 + "\n", "line 2: not a valid tenant name"),
+        (b"name\n\xff\xfe\n", "not a CSV file"),
+    ],
+)
+def test_a_bad_tenants_file_imports_nothing_and_says_why(app, cli, tmp_path, content, message):
+    sheet = tmp_path / "bad.csv"
+    if isinstance(content, bytes):
+        sheet.write_bytes(content)
+    else:
+        sheet.write_text(content, encoding="utf-8")
+    result = cli.invoke(args=["tenants", "import", str(sheet)])
+    assert result.exit_code == 1
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    with app.app_context():
+        assert db.session.query(Tenant).count() == 0
+
+
+def test_tenant_refusals_are_one_line(cli, tmp_path):
+    for args, message in (
+        (["tenants", "create", "   "], "needs a name"),
+        (["tenants", "close", "999999"], "no tenant 999999"),
+        (["tenants", "import", str(tmp_path / "missing.csv")], "cannot read"),
+    ):
+        result = cli.invoke(args=args)
+        assert result.exit_code == 1, args
+        assert message in result.stderr and result.stderr.count("\n") == 1

@@ -1,0 +1,142 @@
+"""Event delivery with a failing subscriber: nothing newer is held up, nobody else gets an
+event twice, refusals back off and park, parked deliveries are shown and re-delivered."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from extensions import db
+from taskrunner import events, runner
+from taskrunner.contract import TaskReportableError
+from taskrunner.ledger import ledger
+from tasks.queues import queues
+from tests.web.backoffice_support import VIEW, browser, make_user, sign_in
+
+
+class Refuses:
+    """A subscriber that refuses every event while ``broken``; counts what it took."""
+
+    def __init__(self) -> None:
+        self.broken = True
+        self.took: list[str] = []
+
+    def __call__(self, event) -> None:
+        if self.broken:
+            raise TaskReportableError(
+                f"subscriber down, card 4111 1111 1111 1111 ({event['name']})"
+            )
+        self.took.append(event["id"])
+
+
+def drain() -> None:
+    huey = queues().huey("tasks")
+    while huey.pending_count():  # an empty dequeue would block on Redis
+        huey.execute(huey.dequeue())
+
+
+def fresh_run(run_uuid: str):
+    db.session.rollback()
+    return ledger.get_run(run_uuid)
+
+
+def test_refused_events_do_not_hold_up_newer_ones_at_the_relay(ctx, controlled, monkeypatch):
+    refusing, received = Refuses(), []
+    events.subscribe("tasks.unit.failed", refusing)
+    events.subscribe("tasks.run.completed", received.append)
+    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    controlled.failing = {"k1", "k2", "k3", "k4"}
+    runner.start("tests.controlled", {"units": 4}, "test")
+    drain()  # four tasks.unit.failed, older than the completion below
+    controlled.failing = set()
+    done = runner.start("tests.controlled", {"units": 1}, "test")
+    drain()
+    monkeypatch.undo()
+
+    for _ in range(5):  # five passes of a relay that takes three events at a time
+        ledger.relay_events(older_than_seconds=0, limit=3)
+
+    assert [e["payload"]["run_uuid"] for e in received] == [done.uuid]
+
+
+def test_a_subscriber_that_took_an_event_never_gets_it_again_when_another_refuses(
+    make_app, controlled
+):
+    app = make_app(TASK_RUNNER_EVENT_RETRY_SECONDS=0)
+    with app.app_context():
+        refusing, taking = Refuses(), Counter()
+        events.subscribe("tasks.run.completed", refusing)
+        events.subscribe("tasks.run.completed", lambda event: taking.update([event["id"]]))
+        runner.start("tests.controlled", {"units": 1}, "test")
+        drain()
+        for _ in range(3):
+            ledger.relay_events(older_than_seconds=0)
+
+        assert list(taking.values()) == [1]
+        assert refusing.took == []
+        refusing.broken = False
+        ledger.relay_events(older_than_seconds=0)
+        assert len(refusing.took) == 1 and list(taking.values()) == [1]
+        assert ledger.relay_events(older_than_seconds=0) == 0
+
+
+def test_a_refused_delivery_waits_for_its_backoff(make_app, controlled):
+    app = make_app(TASK_RUNNER_EVENT_RETRY_SECONDS=600)
+    with app.app_context():
+        refusing = Refuses()
+        events.subscribe("tasks.run.completed", refusing)
+        runner.start("tests.controlled", {"units": 1}, "test")
+        drain()
+        refusing.broken = False
+
+        assert ledger.relay_events(older_than_seconds=0) == 0  # not due for ten minutes
+        assert refusing.took == []
+
+
+def test_a_delivery_refused_too_often_is_parked_shown_and_redelivered_by_an_operator(
+    make_app, controlled
+):
+    app = make_app(TASK_RUNNER_EVENT_RETRY_SECONDS=0, TASK_RUNNER_EVENT_MAX_ATTEMPTS=3)
+    cli = app.test_cli_runner()
+    with app.app_context():
+        refusing = Refuses()
+        events.subscribe("tasks.run.completed", refusing)
+        handle = runner.start("tests.controlled", {"units": 1}, "test")
+        drain()  # refusal 1, by the owner
+        assert ledger.relay_events(older_than_seconds=0) == 1  # refusal 2
+        assert ledger.relay_events(older_than_seconds=0) == 1  # refusal 3: parked
+        assert ledger.relay_events(older_than_seconds=0) == 0  # parked: the relay leaves it
+        [event] = [
+            e
+            for e in ledger.run_events(fresh_run(handle.uuid), limit=200)
+            if e["name"].endswith("completed")
+        ]
+
+        listed = cli.invoke(args=["events", "parked"])
+        assert event["id"] in listed.output and "attempts=3" in listed.output
+        assert "4111" not in listed.output  # the refusal is stored redacted
+        assert cli.invoke(args=["events", "redeliver"]).exit_code == 2
+        still = cli.invoke(args=["events", "redeliver", event["id"]])
+        assert still.exit_code == 1
+        assert still.stderr.strip() == "error: 1 of 1 deliveries refused again, still parked"
+
+    web = browser(app)
+    with app.app_context():
+        viewer = make_user("viewer@example.com", VIEW)
+    sign_in(web, viewer)
+    run_page = web.get(f"/backoffice/task-runs/{handle.uuid}")
+    assert "Parked deliveries" in run_page.text and event["id"] in run_page.text
+    parked_page = web.get("/backoffice/parked-events")
+    assert (
+        event["id"] in parked_page.text
+        and "subscriber down, card [card ····1111]" in parked_page.text
+    )
+
+    with app.app_context():
+        refusing.broken = False
+        done = cli.invoke(args=["events", "redeliver", event["id"]])
+        assert done.exit_code == 0, done.output
+        assert done.output.strip() == "re-delivered 1 parked deliveries"
+        assert refusing.took == [event["id"]]
+        nothing = cli.invoke(args=["events", "redeliver", "--all"])
+        assert nothing.exit_code == 1 and nothing.stderr.strip() == "error: no parked delivery"
+    assert "Nothing is parked" in web.get("/backoffice/parked-events").text

@@ -1,0 +1,228 @@
+"""The worker's hot path: two transactions per unit, and the run still closes exactly once.
+
+What is attacked here is the promise the cheaper path must keep: a completion that
+looks for other active units inside its own transaction can never leave a run open
+(two workers each seeing the other's unit still running) nor close it twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from huey.exceptions import TaskTimeout
+from sqlalchemy import create_engine, event, text
+
+from extensions import db
+from taskrunner import runner
+from taskrunner.jobs import _settle
+from taskrunner.ledger import ledger, release_hot_connection
+from taskrunner.soft_timeout import soft_timeouts
+from tasks.queues import queues
+from tests.unit.test_ledger_rules import fresh_run
+
+
+def queued_jobs(count: int) -> list:
+    huey = queues().huey("tasks")
+    return [huey.dequeue() for _ in range(count)]
+
+
+def test_a_unit_that_is_not_the_last_costs_two_transactions_and_no_checkout(ctx, controlled):
+    handle = runner.start("tests.controlled", {"units": 4}, "test")
+    huey = queues().huey("tasks")
+    jobs = queued_jobs(4)
+    huey.execute(jobs[0])  # the run's type and context are now known to this process
+    begins, checkouts = [], []
+    engine = db.engine
+
+    def began(conn):
+        begins.append(conn)
+
+    def checked_out(*_args):
+        checkouts.append(1)
+
+    event.listen(engine, "begin", began)
+    event.listen(engine.pool, "checkout", checked_out)
+    try:
+        for job in jobs[1:3]:
+            huey.execute(job)
+    finally:
+        event.remove(engine, "begin", began)
+        event.remove(engine.pool, "checkout", checked_out)
+
+    assert len(begins) == 4  # per unit: the gate, then completion with its look
+    assert checkouts == []
+    huey.execute(jobs[3])
+    run = fresh_run(handle.uuid)
+    assert (run.status, run.units_completed) == ("completed", 4)
+    assert ledger.count_events("tasks.run.completed", run) == 1
+
+
+@pytest.mark.parametrize("round_", range(12))
+def test_the_last_units_settled_together_close_the_run_exactly_once(ctx, controlled, round_):
+    size = 2 + round_ % 3
+    handle = runner.start("tests.controlled", {"units": size}, "test")
+    claims = [ledger.claim(job.args[1], job.args[2]) for job in queued_jobs(size)]
+    release_hot_connection()
+    barrier = threading.Barrier(size)
+    app, errors = ctx, []
+
+    def settle(claim):
+        try:
+            with app.app_context():
+                barrier.wait()
+                assert _settle(claim, None) is True
+        except BaseException as exc:  # reported below, never swallowed
+            errors.append(exc)
+        finally:
+            release_hot_connection()
+
+    threads = [threading.Thread(target=settle, args=(claim,)) for claim in claims]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    run = fresh_run(handle.uuid)
+    assert (run.status, run.units_completed) == ("completed", size)
+    assert ledger.count_events("tasks.run.completed", run) == 1
+
+
+def test_a_look_that_meets_a_unit_being_written_sends_the_worker_to_finalize(ctx, controlled):
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("row locks and SKIP LOCKED are PostgreSQL's; SQLite has one writer")
+    handle = runner.start("tests.controlled", {"units": 2}, "test")
+    first, second = (ledger.claim(job.args[1], job.args[2]) for job in queued_jobs(2))
+    other = create_engine(db.engine.url)
+    try:
+        with other.connect() as conn:
+            # Another worker is completing the second unit right now, not committed yet.
+            conn.execute(
+                text("UPDATE task_run_units SET status = 'completed' WHERE id = :id"),
+                {"id": second.unit_id},
+            )
+            outcome = ledger.complete_and_look(first)
+            assert (outcome.settled, outcome.maybe_last) == (True, True)
+            # Its finalize looks after the commit: the second unit still runs for it.
+            assert ledger.finalize(first.run.id) is None
+            conn.rollback()
+    finally:
+        other.dispose()
+    outcome = ledger.complete_and_look(second)
+    assert (outcome.settled, outcome.maybe_last) == (True, True)
+    assert ledger.finalize(second.run.id) == "completed"
+    assert fresh_run(handle.uuid).status == "completed"
+
+
+def test_a_look_that_finds_an_active_unit_leaves_the_run_to_it(ctx, controlled):
+    handle = runner.start("tests.controlled", {"units": 3}, "test")
+    claims = [ledger.claim(job.args[1], job.args[2]) for job in queued_jobs(3)]
+
+    first = ledger.complete_and_look(claims[0])
+    second = ledger.complete_and_look(claims[1])
+    again = ledger.complete_and_look(claims[1])  # a duplicate of a settled completion
+
+    assert (first.settled, first.maybe_last) == (True, False)
+    assert (second.settled, second.maybe_last) == (True, False)
+    assert (again.settled, again.maybe_last) == (False, False)
+    assert fresh_run(handle.uuid).status == "running"
+    last = ledger.complete_and_look(claims[2])
+    assert (last.settled, last.maybe_last) == (True, True)
+    assert ledger.finalize(claims[2].run.id) == "completed"
+
+
+# -- soft timeouts (thread workers) ----------------------------------------------------
+
+
+def in_thread(work):
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(("returned", work()))
+        except BaseException as exc:
+            outcome.append(("raised", exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    return outcome[0]
+
+
+def test_a_soft_timeout_stops_a_job_at_its_next_python_instruction():
+    def job():
+        with soft_timeouts.limit(0.2):
+            for _ in range(100):
+                time.sleep(0.05)  # a client call with its own short timeout, again and again
+        return "finished"
+
+    kind, value = in_thread(job)
+    assert kind == "raised" and isinstance(value, TaskTimeout)
+
+
+def test_a_job_that_swallows_its_soft_timeout_is_still_timed_out():
+    def job():
+        with soft_timeouts.limit(0.1):
+            try:
+                time.sleep(0.3)
+                time.sleep(0.01)
+            except Exception:
+                pass
+        return "finished"
+
+    kind, value = in_thread(job)
+    assert kind == "raised" and isinstance(value, TaskTimeout)
+
+
+def test_a_job_within_its_soft_timeout_is_never_interrupted_later():
+    def job():
+        with soft_timeouts.limit(0.2):
+            time.sleep(0.05)
+        time.sleep(0.4)  # past the deadline, outside the limit: nothing may land here
+        return "finished"
+
+    assert in_thread(job) == ("returned", "finished")
+
+
+# -- settings ----------------------------------------------------------------------------
+
+
+def test_a_deployment_routes_another_type_to_the_io_lane(make_app):
+    app = make_app(TASK_RUNNER_TYPE_ROUTES="tests.nothing=tasks, diagnostics.probe=io")
+    with app.app_context():
+        runner.start("diagnostics.probe", {"units": 2}, "test")
+        assert queues().huey("io").pending_count() == 2
+        assert queues().huey("tasks").pending_count() == 0
+
+
+def test_durable_unit_commits_keep_the_same_books(make_app):
+    app = make_app(TASK_RUNNER_UNIT_COMMIT="durable", QUEUE_IMMEDIATE=True)
+    with app.app_context():
+        handle = runner.start("diagnostics.probe", {"units": 5, "fail_every": 5}, "test")
+        run = fresh_run(handle.uuid)
+        assert (run.status, run.units_completed, run.units_failed) == (
+            "completed_with_failures",
+            4,
+            1,
+        )
+
+
+def test_a_gate_that_finds_no_free_connection_puts_the_job_back_never_drops_it(
+    ctx, controlled, monkeypatch
+):
+    from huey.exceptions import RetryTask
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from taskrunner import jobs
+
+    runner.start("tests.controlled", {"units": 1}, "test")
+    (job,) = queued_jobs(1)
+
+    def exhausted(unit_id, token):
+        raise PoolTimeout("QueuePool limit reached")
+
+    monkeypatch.setattr(jobs.ledger, "claim", exhausted)
+    with pytest.raises(RetryTask):
+        jobs._claim(job.args[1], job.args[2])

@@ -1,0 +1,70 @@
+"""Periodic tasks run once per schedule slot, even with two consumers scheduling them."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+import pytest
+
+from diagnostics.effects import effect_summary
+from extensions import db
+from tasks import slots
+from tests.support import Consumers, wait_for
+
+PROBE = "tests.periodic_probe"
+SHORT_PERIODS = {"TASK_RUNNER_RELAY_SECONDS": 1, "TASK_RUNNER_SWEEP_SECONDS": 1}
+
+
+def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
+    slot = datetime(2026, 1, 1, 10, 5)
+    barrier = threading.Barrier(6)
+    results: list[bool] = []
+
+    def contend() -> None:
+        with app.app_context():
+            barrier.wait()
+            results.append(slots.claim("taskrunner.detect_stuck", slot))
+            db.session.remove()
+
+    threads = [threading.Thread(target=contend) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(results) == [False] * 5 + [True]
+    with app.app_context():
+        [row] = slots.claims("taskrunner.detect_stuck")
+        assert row.slot == slot
+        # The next slot is a new claim.
+        assert slots.claim("taskrunner.detect_stuck", datetime(2026, 1, 1, 10, 10)) is True
+
+
+@pytest.mark.workers
+def test_two_consumers_with_periodic_tasks_run_each_slot_once(make_app, tmp_path):
+    app = make_app(**SHORT_PERIODS)
+    consumers = Consumers(app, tmp_path)
+    extra = {"TASKLEDGER_EXTRA_MODULES": "tests.periodic_probe"}
+    first = consumers.start("default", workers=2, periodic=True, **extra)
+    second = consumers.start("default", workers=2, periodic=True, **extra)
+
+    try:
+        with app.app_context():
+            wait_for(lambda: len(slots.claims(PROBE)) >= 6, timeout=60, message="six slots")
+    finally:
+        consumers.stop_all()
+
+    with app.app_context():
+        claimed = slots.claims(PROBE)
+        runs = effect_summary("periodic-probe")["rows"]
+        sweeps = slots.claims("taskrunner.detect_stuck")
+    logs = consumers.logs()
+    # Both schedulers enqueued the same slots: the second copy found its slot taken.
+    assert f"Periodic {PROBE}, slot" in logs and "skipped (claimed by" in logs
+    # Every run of the probe is a claimed slot; no slot ran twice.
+    assert runs == len(claimed)
+    assert len({row.slot for row in claimed}) == len(claimed)
+    assert all(row.slot.microsecond == 0 for row in claimed)
+    assert sweeps, "the stuck sweep ran under the same rule"
+    assert {first.returncode, second.returncode} == {0}
