@@ -21,7 +21,11 @@ from sqlalchemy import func, select
 from database import is_sqlite, utcnow
 from taskrunner.ledger.base import LedgerBase
 from taskrunner.ledger.records import ACTIVE
-from taskrunner.ledger.stale_rules import cutoffs_by_type, paused_type_names, stale_filter
+from taskrunner.ledger.stale_rules import (
+    joined_cutoffs,
+    stale_filter,
+    stale_in_running_runs,
+)
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit, UnitThroughput
 from taskrunner.types import RunStatus, UnitStatus
 
@@ -86,17 +90,11 @@ class AttentionReads(LedgerBase):
     def attention(self, now: datetime | None = None) -> Attention:
         """What the navigation badges count: stale units, runs failed in the last 24 h."""
         now = now or utcnow()
-        cut = cutoffs_by_type(TaskRun.type, now, paused_type_names(self.session))
         stale = self.session.execute(
             select(func.count())
             .select_from(TaskRunUnit)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
-            .where(
-                TaskRun.status == RunStatus.RUNNING,
-                TaskRun.deleted_at.is_(None),
-                TaskRunUnit.deleted_at.is_(None),
-                stale_filter(cut),
-            )
+            .where(*stale_in_running_runs(joined_cutoffs(self.session, now)))
         ).scalar_one()
         failed = self.session.execute(
             select(func.count()).select_from(TaskRun).where(*self.recently_failed_runs(now))
@@ -108,7 +106,7 @@ class AttentionReads(LedgerBase):
         running = [run.id for run in runs if run.status == RunStatus.RUNNING]
         if not running:
             return {}
-        cut = cutoffs_by_type(TaskRun.type, now or utcnow(), paused_type_names(self.session))
+        cut = joined_cutoffs(self.session, now or utcnow())
         rows = self.session.execute(
             select(TaskRunUnit.task_run_id, func.count())
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)

@@ -16,10 +16,8 @@ from taskrunner.ledger.base import LedgerBase
 from taskrunner.ledger.records import ACTIVE
 from taskrunner.ledger.runs import InvalidCursor, Page, is_uuid
 from taskrunner.ledger.stale_rules import (
-    StaleCutoffs,
-    cutoffs_by_type,
-    paused_type_names,
-    stale_filter,
+    joined_cutoffs,
+    stale_in_running_runs,
     stale_reason,
 )
 from taskrunner.models import TaskRun, TaskRunUnit
@@ -33,24 +31,15 @@ class FleetReads(LedgerBase):
 
     # -- stale units across runs -------------------------------------------------------
 
-    def _cutoffs_joined(self, now: datetime | None) -> StaleCutoffs:
-        """The stale rule's cutoffs by each unit's run type (``task_runs`` joined)."""
-        return cutoffs_by_type(TaskRun.type, now or utcnow(), paused_type_names(self.session))
-
     def stale_units_page(
         self, limit: int = 100, cursor: str | None = None, now: datetime | None = None
     ) -> Page:
         """Stale units of running runs, oldest unit first; the cursor is ``run-uuid/unit-key``."""
-        cut = self._cutoffs_joined(now)
+        cut = joined_cutoffs(self.session, now or utcnow())
         stmt = (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, stale_reason(cut).label("stale_reason"))
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
-            .where(
-                TaskRun.status == RunStatus.RUNNING,
-                TaskRun.deleted_at.is_(None),
-                TaskRunUnit.deleted_at.is_(None),
-                stale_filter(cut),
-            )
+            .where(*stale_in_running_runs(cut))
         )
         if cursor:
             stmt = stmt.where(TaskRunUnit.id > self._stale_cursor_id(cursor))
@@ -88,12 +77,7 @@ class FleetReads(LedgerBase):
             select(TaskRun.uuid, TaskRun.type, func.count())
             .select_from(TaskRunUnit)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
-            .where(
-                TaskRun.status == RunStatus.RUNNING,
-                TaskRun.deleted_at.is_(None),
-                TaskRunUnit.deleted_at.is_(None),
-                stale_filter(self._cutoffs_joined(now)),
-            )
+            .where(*stale_in_running_runs(joined_cutoffs(self.session, now or utcnow())))
             .group_by(TaskRun.uuid, TaskRun.type)
             .order_by(TaskRun.uuid)
         ).all()

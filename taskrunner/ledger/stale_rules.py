@@ -27,9 +27,9 @@ from sqlalchemy import and_, case, literal, or_, select
 from sqlalchemy.orm import Session
 
 from taskrunner.ledger.records import ACTIVE
-from taskrunner.models import TaskRunUnit, TaskTypePause
+from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.registry import registry
-from taskrunner.types import UnitStatus
+from taskrunner.types import RunStatus, UnitStatus
 
 WORKER_LOST = "worker lost"
 RUNNING_TOO_LONG = "running too long"
@@ -105,6 +105,22 @@ def cutoffs_by_type(type_column: Any, now: datetime, paused: Collection[str]) ->
 
     # The heartbeat rule is the same for every type.
     return StaleCutoffs(default.lost, per_type("too_long"), per_type("never_started"))
+
+
+def joined_cutoffs(session: Session, now: datetime) -> StaleCutoffs:
+    """``cutoffs_by_type`` over the joined ``task_runs.type``, paused types read now."""
+    return cutoffs_by_type(TaskRun.type, now, paused_type_names(session))
+
+
+def stale_in_running_runs(cut: StaleCutoffs) -> tuple[Any, ...]:
+    """Conditions for the stale units of running, undeleted runs (``task_runs`` joined):
+    what the badges, the stale page and the per-run counts show."""
+    return (
+        TaskRun.status == RunStatus.RUNNING,
+        TaskRun.deleted_at.is_(None),
+        TaskRunUnit.deleted_at.is_(None),
+        stale_filter(cut),
+    )
 
 
 def _rules(cut: StaleCutoffs) -> list[tuple[str, Any]]:

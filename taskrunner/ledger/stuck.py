@@ -16,9 +16,8 @@ from taskrunner.ledger.base import LedgerBase
 from taskrunner.ledger.hot import NOT_PAUSED
 from taskrunner.ledger.records import ACTIVE, EXPIRED
 from taskrunner.ledger.stale_rules import (
-    cutoffs_by_type,
+    joined_cutoffs,
     lost_cutoff,
-    paused_type_names,
     stale_filter,
     stale_reason,
 )
@@ -81,7 +80,7 @@ class StuckSweep(LedgerBase):
 
     def _mark_stuck_batch(self, limit: int, now: datetime | None = None) -> int:
         now = now or utcnow()
-        cut = cutoffs_by_type(TaskRun.type, now, paused_type_names(self.session))
+        cut = joined_cutoffs(self.session, now)
         with self._transition() as outbox:
             # The reason is filtered in SQL: a huge run's healthy pending units must not
             # fill the batch and hide the stale ones behind them.
