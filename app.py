@@ -68,6 +68,7 @@ def register_modules(app: Flask) -> None:
     the runner's contract, which works on the app in context; tracked jobs, declared
     when their modules are imported, are adopted last.
     """
+    import asyncrequests.retention  # noqa: F401 - declares its daily prune
     import live.models  # noqa: F401 - the live topics table
     import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from flask import Flask, session
+import logging
 
+from flask import Flask, current_app, session
+
+from accounts import sessions, throttle
 from accounts.sessions import session_user
 from extensions import login_manager
+from security import ratelimit
+from taskrunner.contract import Cron, crontab, periodic
+
+logger = logging.getLogger(__name__)
 
 # The session cookie's key for the secret of the operator's server-side session.
 SESSION_SECRET = "operator_session"
@@ -21,3 +28,12 @@ def init_app(app: Flask) -> None:
     login_manager.login_view = "auth.login"
     login_manager.login_message = "Sign in to see this page."
     login_manager.session_protection = "basic"
+
+
+@periodic("security.prune", Cron(crontab(minute="47", hour="3")), timeout=300)
+def prune_security_state() -> None:
+    """Daily: expired operator sessions, quiet sign-in counters, ended rate-limit windows."""
+    window = current_app.config["TENANT_API_RATE_WINDOW_SECONDS"]
+    pruned = sessions.prune_expired() + throttle.forget_quiet() + ratelimit.prune(window)
+    if pruned:
+        logger.info("Pruned %d expired sessions, sign-in counters and rate-limit counters", pruned)

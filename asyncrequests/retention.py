@@ -7,6 +7,7 @@ other's tables.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from flask import current_app
@@ -15,8 +16,11 @@ from sqlalchemy import and_, delete, or_, select
 from asyncrequests.models import AsyncRequest, RequestStatus
 from database import utcnow, write_transaction
 from extensions import db
+from taskrunner.contract import Cron, crontab, periodic
 
 BATCH_SIZE = 1000
+
+logger = logging.getLogger(__name__)
 
 
 def prune(days: int | None = None, batch_size: int = BATCH_SIZE) -> int:
@@ -53,3 +57,11 @@ def prune_before(cutoff: datetime, batch_size: int = BATCH_SIZE) -> int:
         if not ids:
             return pruned
         pruned += len(ids)
+
+
+@periodic("asyncrequests.prune", Cron(crontab(minute="37", hour="3")), timeout=300)
+def prune_async_requests() -> None:
+    """Daily: delete tenants' async requests older than their own retention (not the ledger's)."""
+    count = prune()
+    if count:
+        logger.info("Pruned %d async requests", count)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -17,7 +17,15 @@ from database import is_sqlite
 from extensions import db
 from payments.models import Statement
 from security.echo import echo
-from taskrunner.contract import TaskOptions, TaskReportableError, TaskUnit, UnitJob
+from taskrunner.contract import (
+    Cron,
+    TaskOptions,
+    TaskReportableError,
+    TaskUnit,
+    UnitJob,
+    crontab,
+    periodic,
+)
 from tenancy.context import require_tenant
 from tenancy.models import STANDING, Tenant
 
@@ -140,3 +148,10 @@ def start_monthly_statements(period: str, initiator: str = "cli") -> Any:
 
     parse_period(period)
     return start_run(TYPE, {"period": period}, initiator)
+
+
+@periodic("payments.monthly_statements", Cron(crontab(minute="0", hour="2", day="1")), timeout=600)
+def monthly_statements() -> None:
+    """Monthly: statements for the month that just ended."""
+    last_month = date.today().replace(day=1) - timedelta(days=1)
+    start_monthly_statements(last_month.strftime("%Y-%m"), "schedule")

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from huey import crontab
+
 from taskrunner import events, operations, redaction, tenant_scope
 from taskrunner.ledger import ledger
 from taskrunner.redaction import bounded, redact
@@ -38,11 +40,14 @@ from taskrunner.types import (
     UnitStatus,
 )
 from tasks.interrupts import raise_if_stopping
-from tasks.routing import JobHandle, job, on_signal
+from tasks.routing import JobHandle, job, on_signal, periodic
+from tasks.schedules import Cron, Every
 
 __all__ = [
     "ACTIVE_UNIT",
     "TERMINAL_RUN",
+    "Cron",
+    "Every",
     "JobHandle",
     "PermanentError",
     "Refused",
@@ -58,9 +63,11 @@ __all__ = [
     "bind_scrubber",
     "bind_tenant_context",
     "bounded",
+    "crontab",
     "job",
     "on_signal",
     "operations",
+    "periodic",
     "raise_if_stopping",
     "redact",
     "register",

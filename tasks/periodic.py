@@ -1,7 +1,10 @@
-"""Every periodic schedule in one place. They are enqueued by the ``default`` queue's
-consumer of the host that runs periodic tasks; every other consumer runs with periodic
-tasks off (``-n``). Each run claims its schedule slot first (``tasks.slots``), so a
-second host with periodic tasks on never runs a slot twice."""
+"""The runner's own periodic schedules: relay, stuck sweep, throughput roll-up, prune.
+
+Every other package declares its own beside its code, through ``taskrunner.contract``
+(``periodic``, ``Cron``, ``Every``): the runner names none of them. All are enqueued
+by the ``default`` queue's consumer of the host that runs periodic tasks; every other
+consumer runs with periodic tasks off (``-n``). Each run claims its schedule slot first
+(``tasks.slots``), so a second host with periodic tasks on never runs a slot twice."""
 
 from __future__ import annotations
 
@@ -52,46 +55,3 @@ def prune() -> None:
     logger.info(
         "Pruned %d runs, %d units, %d queue leftovers", report.runs, report.units, report.queue_keys
     )
-
-
-@periodic("payments.monthly_statements", Cron(crontab(minute="0", hour="2", day="1")), timeout=600)
-def monthly_statements() -> None:
-    """Monthly: statements for the month that just ended."""
-    from datetime import date, timedelta
-
-    from payments.statements import start_monthly_statements
-
-    last_month = date.today().replace(day=1) - timedelta(days=1)
-    start_monthly_statements(last_month.strftime("%Y-%m"), "schedule")
-
-
-@periodic("asyncrequests.prune", Cron(crontab(minute="37", hour="3")), timeout=300)
-def prune_async_requests() -> None:
-    """Daily: delete tenants' async requests older than their own retention (not the ledger's)."""
-    from asyncrequests.retention import prune as prune_requests
-
-    count = prune_requests()
-    if count:
-        logger.info("Pruned %d async requests", count)
-
-
-@periodic("security.prune", Cron(crontab(minute="47", hour="3")), timeout=300)
-def prune_security_state() -> None:
-    """Daily: expired operator sessions, quiet sign-in counters, ended rate-limit windows."""
-    from flask import current_app
-
-    from accounts import sessions, throttle
-    from security import ratelimit
-
-    window = current_app.config["TENANT_API_RATE_WINDOW_SECONDS"]
-    pruned = sessions.prune_expired() + throttle.forget_quiet() + ratelimit.prune(window)
-    if pruned:
-        logger.info("Pruned %d expired sessions, sign-in counters and rate-limit counters", pruned)
-
-
-@periodic("coursebuilder.recover", Cron(crontab(minute="*/5")), timeout=300)
-def recover_builder_runs() -> None:
-    """Queue again the course-builder steps whose job or worker was lost."""
-    from coursebuilder.service import recover
-
-    recover()

@@ -9,11 +9,11 @@ from sqlalchemy import select
 from accounts import sessions, throttle
 from accounts.models import KnownSignInAddress, OperatorSession, SignInThrottle
 from accounts.services import find_user
+from accounts.setup import prune_security_state
 from database import utcnow
 from extensions import db
 from security import ratelimit
 from security.models import RateLimitCounter
-from tasks.periodic import prune_security_state
 from tests.web.backoffice_support import VIEW, make_user
 
 

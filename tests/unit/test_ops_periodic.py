@@ -1,10 +1,13 @@
-"""The operational schedules of ``tasks/periodic.py`` and the slots their runs belong to."""
+"""The operational schedules (the runner's in ``tasks/periodic.py``, the packages' beside
+their code) and the slots their runs belong to."""
 
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
 
-import tasks.periodic  # noqa: F401 - declares the schedules
+import coursebuilder.setup  # noqa: F401 - declares the builder's recovery
+import payments.statements  # noqa: F401 - declares the monthly statements
+import tasks.periodic  # noqa: F401 - declares the runner's schedules
 from config import Config
 from tasks.routing import routes
 from tasks.schedules import HUEY_TICK_SECONDS, Every, tick_seconds

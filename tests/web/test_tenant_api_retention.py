@@ -75,7 +75,7 @@ def test_pruning_the_ledger_leaves_async_requests_untouched(inline_app, answered
 
 def test_the_daily_prune_keeps_requests_younger_than_their_own_retention(make_app):
     app = make_app(ASYNC_REQUESTS_RETENTION_DAYS=7, TASK_RUNNER_RETENTION_DAYS=30)
-    from tasks.periodic import prune_async_requests
+    from asyncrequests.retention import prune_async_requests
 
     now = utcnow()
     ages = {
