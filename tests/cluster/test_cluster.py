@@ -172,11 +172,14 @@ def test_a_partition_longer_than_the_dead_peer_time_fails_fast_then_reconnects(c
 
 @pytest.mark.timeout(900)  # a round takes about two minutes on a busy 2-core machine
 @pytest.mark.parametrize("driver", list(DRIVERS))
-def test_web_and_consumers_on_many_hosts_survive_deploys_crashes_and_a_partition(cluster, driver):
+def test_web_and_consumers_on_many_hosts_survive_deploys_crashes_and_a_partition(
+    cluster, driver, capsys
+):
     plan = ClusterPlan()
     with cluster.net.enter(cluster.operator):
         report = ClusterScenario(cluster, plan, driver).execute()
-    print(f"\n{DRIVERS[driver]}\n{report.timeline.text()}\n{report.table()}")
+    with capsys.disabled():  # the timeline, in the suite's output
+        print(f"\n{DRIVERS[driver]}\n{report.timeline.text()}\n{report.table()}")
 
     # Run completed exactly once, every unit completed, one tasks.run.completed.
     assert (report.status, report.completed, report.unit_rows) == ("completed", 5000, 5000)
