@@ -21,6 +21,7 @@ from accounts.services import create_user
 from coursebuilder import service as builder
 from coursebuilder.models import GenerationStep
 from coursebuilder.service import find_run
+from database import write_transaction
 from demo.seed import finished_sweep, seed_tenants
 from extensions import db
 from taskrunner import runner
@@ -124,13 +125,16 @@ def failed_build(app) -> str:
         run_uuid = builder.start(
             tenant, "Tides and currents", lessons=2, quizzes=0, concurrency=1, initiator="cli"
         )
-        step = db.session.execute(
-            select(GenerationStep).where(
-                GenerationStep.run_id == find_run(run_uuid).id, GenerationStep.key == "outline-1"
-            )
-        ).scalar_one()
-        step.status = "running"
-        db.session.commit()
+        # Consumers write to the same SQLite file meanwhile: a transaction that read before
+        # it writes must hold the write lock from its first statement.
+        with write_transaction(db.session):
+            step = db.session.execute(
+                select(GenerationStep).where(
+                    GenerationStep.run_id == find_run(run_uuid).id,
+                    GenerationStep.key == "outline-1",
+                )
+            ).scalar_one()
+            step.status = "running"
         builder._fail_run(step.run_id, step.id, "step outline/outline-1 failed: quota exceeded")
         db.session.remove()
     return run_uuid

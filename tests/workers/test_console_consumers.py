@@ -11,7 +11,8 @@ import pytest
 from extensions import db
 from taskrunner import console, runner
 from taskrunner.ledger import ledger
-from tests.support import wait_for
+from tests.conftest import BACKEND
+from tests.support import Consumers, wait_for
 
 pytestmark = pytest.mark.workers
 
@@ -103,3 +104,47 @@ def test_a_paused_type_waits_before_a_live_consumer_and_runs_on_resume(ctx, cons
     assert run.units_completed == 20
     attempts = {u["attempts"] for u in ledger.run_units_page(run, limit=100).items}
     assert attempts == {1}  # the paused time spent no try
+
+
+@pytest.fixture
+def database_queue_app(make_app):
+    """Jobs kept in a database: PostgresHuey next to PostgreSQL, SqliteHuey next to SQLite."""
+    driver = {"QUEUE_DRIVER": "postgres"} if BACKEND == "postgres" else {}
+    return make_app(CONSUMER_HEARTBEAT_SECONDS=0.3, **driver)
+
+
+def test_workers_and_queues_read_consumers_and_waiting_jobs_of_a_database_queue(
+    database_queue_app, tmp_path
+):
+    pool = Consumers(database_queue_app, tmp_path)
+    try:
+        with database_queue_app.app_context():
+            handle = runner.start("diagnostics.probe", {"units": 6, "sleep_ms": 8000}, "test")
+            before = queue_named("tasks")
+            assert (before["waiting"], before["pending_units"]) == (6, 6)
+            assert before["oldest_pending_seconds"] is not None
+
+            process = pool.start("tasks", workers=2, **BEAT)
+            units = wait_for(lambda: len(running_units()) == 2 and running_units(), timeout=30)
+
+            assert {u["run_uuid"] for u in units} == {handle.uuid}
+            [me] = consumers_now()
+            assert (me["state"], me["pid"], me["queues"]) == ("live", process.pid, ["tasks"])
+            during = queue_named("tasks")
+            assert (during["waiting"], during["running"], during["pending_units"]) == (4, 2, 4)
+
+            pool.kill(process)
+            wait_for(
+                lambda: [c for c in consumers_now() if c["state"] == "lost"],
+                timeout=10,
+                interval=0.2,
+                message="the killed consumer shown as lost",
+            )
+    finally:
+        pool.stop_all()
+
+
+def queue_named(name: str) -> dict:
+    db.session.rollback()
+    [queue] = [q for q in console.queues()["queues"] if q["name"] == name]
+    return queue
