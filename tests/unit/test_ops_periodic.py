@@ -78,3 +78,18 @@ def test_a_cron_schedule_checked_often_is_due_once_per_matching_minute():
     start = datetime(2026, 1, 1, 10, 5)
     due = [schedule.slot(start + timedelta(seconds=s), 2, DEFAULTS) for s in range(0, 120, 2)]
     assert due == [start] + [None] * 59
+
+
+def test_a_built_app_schedules_the_runners_and_every_packages_periodic_tasks(ctx):
+    huey = ctx.extensions["queues"].huey("default")
+    names = {task.name for task in (cls() for cls in huey._registry._periodic_tasks)}
+    assert names == {
+        "taskrunner.relay_events",
+        "taskrunner.detect_stuck",
+        "taskrunner.roll_throughput",
+        "taskrunner.prune",
+        "payments.monthly_statements",
+        "asyncrequests.prune",
+        "security.prune",
+        "coursebuilder.recover",
+    }
