@@ -346,8 +346,8 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
         db.session.rollback()
         reason = f"timeout: step ran longer than {timeout} s"
         logger.warning("Builder run %s: step %s/%s timed out", run_uuid, stage, key)
-    except Exception as exc:
-        raise_if_stopping(exc)
+    except BaseException as exc:
+        raise_if_stopping(exc)  # anything else, sys.exit() included, is the step's failure
         db.session.rollback()
         reason = redact(exc)
         logger.exception("Builder run %s: step %s/%s failed", run_uuid, stage, key)

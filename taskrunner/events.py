@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from flask import Flask, current_app
 
 from taskrunner.redaction import redact
+from tasks.interrupts import raise_if_stopping
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,10 @@ def hand_over(event: Mapping[str, Any], subscriber: str) -> str | None:
         return f"no subscriber {subscriber} of {event['name']} in this process"
     try:
         handler(event)
-    except Exception as exc:
+    except BaseException as exc:
+        # A subscriber's sys.exit() is its refusal: escaping, it would abort the delivery
+        # before its commit, and the whole batch would come back to everyone every pass.
+        raise_if_stopping(exc)
         logger.exception(
             "Subscriber %s refused event %s (%s)", subscriber, event["id"], event["name"]
         )

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import TypeVar
 
 from flask import current_app
 from huey import signals
@@ -41,6 +43,7 @@ __all__ = ["EXPIRED", "run_unit"]
 # one), then the job goes back to the queue a little later: it is never dropped for it.
 GATE_PAUSES = (0.0, 0.5)
 GATE_REQUEUE_SECONDS = 5
+T = TypeVar("T")
 
 
 @job(RUN_UNIT, queue=None, timeout=900)
@@ -54,8 +57,9 @@ def run_unit(
     definition = registry.find(type_) if type_ else None
     options = definition.options() if definition else None
     if options and options.rate_per_minute:
-        # A duplicated or superseded job must not spend a slot the live ones need.
-        if not ledger.pending_with(unit_id, token):
+        # A duplicated or superseded job must not spend a slot the live ones need. The
+        # check is the gate's first read: a lost connection retries it, never drops the job.
+        if not _at_gate(unit_id, lambda: ledger.pending_with(unit_id, token)):
             return
         # Raises RateLimitExceeded before the gate: Huey reschedules the job for the
         # next window without consuming a try, and the unit stays pending.
@@ -99,11 +103,16 @@ def _settle(claim: Claim, reason: str | None) -> bool | None:
 
 
 def _claim(unit_id: int, token: str) -> Claim | None:
+    return _at_gate(unit_id, lambda: ledger.claim(unit_id, token))
+
+
+def _at_gate(unit_id: int, statement: Callable[[], T]) -> T:
+    """``statement`` of the gate, retried after a lost connection, else the job requeued."""
     for pause in GATE_PAUSES:
         if pause:
             time.sleep(pause)  # even a zero sleep yields the processor: not on every unit
         try:
-            return ledger.claim(unit_id, token)
+            return statement()
         except PoolTimeout:
             # Every connection of the pool busy for its whole timeout: the job goes back to
             # the queue like after a lost connection, never dropped with its unit pending.
@@ -116,6 +125,7 @@ def _claim(unit_id: int, token: str) -> Claim | None:
             ):
                 raise
             logger.warning("Gate of unit %s met a database error: %s", unit_id, type(exc).__name__)
+            db.session.rollback()  # a session read that failed is unusable until rolled back
     raise RetryTask(f"gate of unit {unit_id} unreachable", delay=GATE_REQUEUE_SECONDS)
 
 

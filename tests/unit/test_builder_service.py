@@ -127,6 +127,20 @@ def test_a_vendor_error_leaves_only_its_class_name_in_the_reason(inline_ctx, mon
         assert "sk_live_LEAKED" not in repr(rows)
 
 
+def test_a_step_whose_code_calls_sys_exit_fails_its_run(inline_ctx, monkeypatch):
+    def exits(self, prompt):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(FakeDriver, "complete", exits)
+    add_tenant()
+    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0))
+
+    assert run.status == "failed"
+    assert see_logs(r"builtins\.SystemExit", "step outline/outline-1 failed: ").fullmatch(
+        run.failure_reason
+    )
+
+
 def test_a_stop_masked_by_a_library_error_is_a_stop_not_a_failed_step(ctx, monkeypatch):
     def stopped_mid_call(self, prompt):
         try:

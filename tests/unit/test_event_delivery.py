@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+from sqlalchemy import select
+
 from extensions import db
 from taskrunner import events, runner
 from taskrunner.contract import TaskReportableError
 from taskrunner.ledger import ledger
+from taskrunner.models import EventDelivery
 from tasks.queues import queues
+from tests.support import huey_stop_interrupt, see_logs
 from tests.web.backoffice_support import VIEW, browser, make_user, sign_in
 
 
@@ -56,6 +61,48 @@ def test_refused_events_do_not_hold_up_newer_ones_at_the_relay(ctx, controlled, 
         ledger.relay_events(older_than_seconds=0, limit=3)
 
     assert [e["payload"]["run_uuid"] for e in received] == [done.uuid]
+
+
+class Exits:
+    """A subscriber that calls ``sys.exit()`` (or raises ``stop``) on every event."""
+
+    def __init__(self) -> None:
+        self.stop: BaseException | None = None
+
+    def __call__(self, event) -> None:
+        raise self.stop if self.stop is not None else SystemExit(3)
+
+
+def test_a_subscriber_that_exits_refuses_and_the_relay_pass_still_commits(
+    ctx, controlled, monkeypatch
+):
+    received, exits = Counter(), Exits()
+    events.subscribe("tasks.run.completed", lambda event: received.update([event["id"]]))
+    events.subscribe("tasks.run.completed", exits)
+    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    runner.start("tests.controlled", {"units": 1}, "test")
+    drain()
+    monkeypatch.undo()
+
+    for _ in range(3):  # the event is marked delivered once: the one before never sees it again
+        ledger.relay_events(older_than_seconds=0)
+
+    assert list(received.values()) == [1]
+    [refused] = db.session.execute(select(EventDelivery)).scalars()
+    assert see_logs(r"builtins\.SystemExit").fullmatch(refused.last_error)
+
+
+def test_a_consumer_stop_inside_a_subscriber_still_reaches_huey(ctx, controlled, monkeypatch):
+    exits = Exits()
+    events.subscribe("tasks.run.completed", exits)
+    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    runner.start("tests.controlled", {"units": 1}, "test")
+    drain()
+    monkeypatch.undo()
+    exits.stop = huey_stop_interrupt()
+
+    with pytest.raises(KeyboardInterrupt):
+        ledger.relay_events(older_than_seconds=0)
 
 
 def test_a_subscriber_that_took_an_event_never_gets_it_again_when_another_refuses(
@@ -135,7 +182,7 @@ def test_a_delivery_refused_too_often_is_parked_shown_and_redelivered_by_an_oper
         refusing.broken = False
         done = cli.invoke(args=["events", "redeliver", event["id"]])
         assert done.exit_code == 0, done.output
-        assert done.output.strip() == "re-delivered 1 parked deliveries"
+        assert done.output.strip() == "re-delivered 1 parked delivery"
         assert refusing.took == [event["id"]]
         nothing = cli.invoke(args=["events", "redeliver", "--all"])
         assert nothing.exit_code == 1 and nothing.stderr.strip() == "error: no parked delivery"

@@ -27,23 +27,43 @@ PROBE = f"""
 import json, sys
 import redis, sqlalchemy.exc, taskrunner.redaction as redaction
 from app import create_app
+from taskrunner.contract import PermanentError, TaskReportableError
+from tenancy.context import NoTenant
 
-create_app({{"SQLALCHEMY_DATABASE_URI": "sqlite://", "SECRET_KEY": "x", "TESTING": True}})
+class Declined(TaskReportableError):
+    pass
+
+app = create_app({{"SQLALCHEMY_DATABASE_URI": "sqlite://", "SECRET_KEY": "x", "TESTING": True}})
 errors = [
     redis.exceptions.ConnectionError("redis://:{SECRET}@cache:6379/0"),
     sqlalchemy.exc.OperationalError("SELECT 1 WHERE token = %(t)s", {{"t": "{SECRET}"}}, None),
 ]
-print(json.dumps({{
-    "project": redaction.__file__,
-    "vendor": redis.__file__,
-    "reasons": [redaction.redact(e) for e in errors],
-}}))
+domain = [
+    PermanentError("invoice 7 refused card 4111 1111 1111 1111"),
+    NoTenant("no tenant for unit 7"),
+    Declined("declined: unit 7"),
+]
+with app.app_context():  # the app's scrubber, as in a worker
+    print(json.dumps({{
+        "project": redaction.__file__,
+        "vendor": redis.__file__,
+        "reasons": [redaction.redact(e) for e in errors],
+        "domain": [redaction.redact(e) for e in domain],
+    }}))
 """
+# A domain error keeps its message, scrubbed: the project's own, registered, or a module's.
+DOMAIN = ["invoice 7 refused card [card ····1111]", "no tenant for unit 7", "declined: unit 7"]
 EXPECTED = [
     see_logs(r"redis\.exceptions\.ConnectionError"),
     see_logs(r"sqlalchemy\.exc\.OperationalError"),
 ]
 VENDOR = Path(redis.__file__).parent
+
+
+def assert_redacted(found: dict) -> None:
+    """Vendor errors lose their message; domain errors keep theirs, scrubbed."""
+    assert_vendor_reasons(found["reasons"])
+    assert found["domain"] == DOMAIN
 
 
 def assert_vendor_reasons(reasons: list[str]) -> None:
@@ -89,7 +109,9 @@ def project(tmp_path_factory) -> Path:
     return target
 
 
-def test_a_regular_pip_install_imports_the_app_and_redacts_vendor_errors(project, tmp_path):
+def test_a_regular_pip_install_imports_the_app_hides_vendor_errors_keeps_domain_ones(
+    project, tmp_path
+):
     site = tmp_path / "venv" / "lib" / "site-packages"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site, "."],
@@ -105,11 +127,11 @@ def test_a_regular_pip_install_imports_the_app_and_redacts_vendor_errors(project
 
     assert Path(found["project"]).is_relative_to(site)
     assert Path(found["vendor"]).is_relative_to(site)
-    assert_vendor_reasons(found["reasons"])
+    assert_redacted(found)
 
 
 @pytest.mark.parametrize("venv", ["env", ".venv-prod"])
-def test_a_virtualenv_inside_the_project_with_any_name_redacts_vendor_errors(project, venv):
+def test_a_virtualenv_inside_the_project_with_any_name_hides_vendor_errors_only(project, venv):
     site = project / venv / SITE.relative_to(Path(sys.prefix))
     shutil.copytree(VENDOR, site / "redis")
 
@@ -117,7 +139,7 @@ def test_a_virtualenv_inside_the_project_with_any_name_redacts_vendor_errors(pro
 
     assert Path(found["project"]).is_relative_to(project)
     assert Path(found["vendor"]).is_relative_to(site)
-    assert_vendor_reasons(found["reasons"])
+    assert_redacted(found)
 
 
 WHEEL_CHECK = """

@@ -9,7 +9,7 @@ RedisHuey next to PostgreSQL), in this process: a long-lived consumer.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -22,7 +22,7 @@ from extensions import db
 from taskrunner import runner
 from taskrunner.contract import TaskOptions, TaskUnit, UnitJob, register
 from taskrunner.heartbeat import heartbeat
-from taskrunner.jobs import EXPIRED
+from taskrunner.jobs import EXPIRED, GATE_PAUSES
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRun, TaskRunUnit
 from tasks.queues import queues
@@ -101,7 +101,7 @@ def test_a_run_made_after_the_newest_was_pruned_runs_its_own_definition_and_cont
     old = runner.start(first.type(), {"marker": "old"}, "test")
     drain()  # this process now knows the old run
     old_id = fresh_run(old.uuid).id
-    assert cli.invoke(args=["tasks", "prune", "--days", "0"]).output.startswith("pruned 1 runs")
+    assert cli.invoke(args=["tasks", "prune", "--days", "0"]).output.startswith("pruned 1 run ")
 
     new = runner.start(second.type(), {"marker": "new"}, "test")
     drain()
@@ -110,6 +110,39 @@ def test_a_run_made_after_the_newest_was_pruned_runs_its_own_definition_and_cont
     assert first.ran == [(first.type(), "r1", "old")]
     assert second.ran == [(second.type(), "r1", "new")]
     assert fresh_run(new.uuid).status == "completed"
+
+
+def test_a_reused_run_id_never_runs_the_cached_runs_definition_or_context(ctx, recorders, cli):
+    """AUTOINCREMENT keeps ids from coming back; the run cache must not lean on it."""
+    first, second = recorders
+    old = runner.start(first.type(), {"marker": "old"}, "test")
+    drain()  # this process now caches the old run
+    old_id = fresh_run(old.uuid).id
+    assert cli.invoke(args=["tasks", "prune", "--days", "0"]).output.startswith("pruned 1 run")
+    next_id_is(old_id)  # as a plain rowid, a restore or a sequence reset would hand it out
+
+    new = runner.start(second.type(), {"marker": "new"}, "test")
+    assert fresh_run(new.uuid).id == old_id
+    drain()
+
+    assert first.ran == [(first.type(), "r1", "old")]
+    assert second.ran == [(second.type(), "r1", "new")]
+    assert fresh_run(new.uuid).status == "completed"
+
+
+def next_id_is(run_id: int) -> None:
+    """Make the next run get ``run_id`` (no run may hold it)."""
+    if db.engine.dialect.name == "postgresql":
+        db.session.execute(
+            text("SELECT setval(pg_get_serial_sequence('task_runs', 'id'), :id, false)"),
+            {"id": run_id},
+        )
+    else:
+        db.session.execute(
+            text("UPDATE sqlite_sequence SET seq = :seq WHERE name = 'task_runs'"),
+            {"seq": run_id - 1},
+        )
+    db.session.commit()
 
 
 # -- item 3: a single tracked job's run is found by an indexed unique key --------------------
@@ -306,8 +339,18 @@ def test_the_stuck_sweep_fails_units_whose_lost_jobs_passed_the_drain_horizon(ct
     assert ledger.count_events("tasks.run.failed", run) == 1
 
 
+def is_gate(statement: str) -> bool:
+    return statement.lstrip().startswith("UPDATE task_run_units") and "attempts" in statement
+
+
+def is_pending_check(statement: str) -> bool:
+    """The throttled job's "still pending with my token" read, before its slot and gate."""
+    text = statement.lstrip()
+    return text.startswith("SELECT task_run_units.id") and "dispatch_token" in text
+
+
 @contextmanager
-def gate_breaks(times: int = 1) -> Iterator[list[str]]:
+def gate_breaks(times: int = 1, statement: Callable[[str], bool] = is_gate) -> Iterator[list[str]]:
     """Make the next ``times`` gate statements of this thread meet a database error.
 
     PostgreSQL: the server terminates the connection right before the statement, a real
@@ -316,10 +359,10 @@ def gate_breaks(times: int = 1) -> Iterator[list[str]]:
     """
     broken: list[str] = []
     me = threading.get_ident()
+    breaks = statement
 
     def gate(conn, cursor, statement, parameters, context, executemany):
-        is_gate = statement.lstrip().startswith("UPDATE task_run_units") and "attempts" in statement
-        if len(broken) >= times or threading.get_ident() != me or not is_gate:
+        if len(broken) >= times or threading.get_ident() != me or not breaks(statement):
             return statement, parameters
         broken.append(statement)
         if conn.dialect.name == "postgresql":
@@ -345,6 +388,29 @@ def test_a_database_error_at_the_gate_is_retried_and_the_job_is_not_lost(ctx):
     assert broken, "the gate was never reached"
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 1)
+
+
+@pytest.mark.parametrize("times", [1, len(GATE_PAUSES)], ids=["once", "every try"])
+def test_a_database_error_at_a_throttled_jobs_pending_check_never_drops_the_job(make_app, times):
+    app = make_app(TASK_RUNNER_RATE_WINDOW_SECONDS=3600)
+    with app.app_context():
+        register(ThrottledTask())
+        handle = runner.start(THROTTLED, {"units": 1}, "test")
+        huey = queues().huey("tasks")
+        job = huey.dequeue()
+
+        with gate_breaks(times, statement=is_pending_check) as broken:
+            huey.execute(job)
+
+        assert len(broken) == times, "the pending check was never reached"
+        if times == len(GATE_PAUSES):  # never reachable: back in the queue, still pending
+            [again] = huey.scheduled()
+            assert again.id == job.id
+            assert fresh_run(handle.uuid).status == "running"
+            again.eta = None
+            huey.execute(again)
+        run = fresh_run(handle.uuid)
+        assert (run.status, run.units_completed) == ("completed", 1)
 
 
 def test_a_gate_on_a_connection_the_server_dropped_is_retried_on_a_fresh_one(ctx, caplog):
@@ -375,8 +441,6 @@ def test_a_gate_on_a_connection_the_server_dropped_is_retried_on_a_fresh_one(ctx
 
 
 def test_a_gate_that_keeps_failing_puts_the_job_back_in_the_queue(ctx):
-    from taskrunner.jobs import GATE_PAUSES
-
     handle = runner.start("diagnostics.probe", {"units": 1}, "test")
     huey = queues().huey("tasks")
     job = huey.dequeue()

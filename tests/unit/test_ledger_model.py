@@ -6,15 +6,17 @@ Steps: start runs of 0-4 units (each unit succeeds, fails with a domain error ca
 card number, or with a driver error carrying a secret), deliver a queued job, deliver a
 job twice, deliver a superseded job late, a worker dying right after the gate, a SIGTERM
 before the gate or mid-job (the hand-back), retry (all or failed-only), cancel, prune, the
-stuck sweep, a lost job aged past its drain horizon, the relay with a subscriber that
-fails on and off.
+stuck sweep, a lost job aged past its drain horizon (alone, and met by the sweep in the
+same step), the relay with a subscriber that fails on and off. Domain, vendor and
+subscriber errors carry a card number, an IBAN, an SSN and (vendor) a secret token.
 
 Invariants after every step: every run and unit as the model says (status, attempts,
 executions); a closed run's snapshot equals its unit rows; a terminal run's units never
 change; exactly one close event per close, delivered once to a healthy subscriber;
 a refused delivery is retried or parked, never lost or repeated; cancelled never becomes
-running again; prune never removes a run that is not terminal; no stored text carries
-the secrets, and no stored reason exceeds 500 characters.
+running again; prune never removes a run that is not terminal; no text column the ledger
+writes carries the token or anything the masker would still mask, and no stored reason
+exceeds 500 characters.
 
 Bounded for CI (``LEDGER_MODEL_EXAMPLES`` and ``LEDGER_MODEL_STEPS`` raise the bounds);
 on failure the seed is printed, and ``LEDGER_MODEL_SEED`` replays it.
@@ -22,7 +24,6 @@ on failure the seed is printed, and ``LEDGER_MODEL_SEED`` replays it.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -44,7 +45,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from sqlalchemy import select, update
+from sqlalchemy import JSON, String, select, update
 from sqlalchemy.exc import OperationalError
 
 from database import utcnow
@@ -62,7 +63,7 @@ from taskrunner.contract import (
 )
 from taskrunner.jobs import EXPIRED, handed_back
 from taskrunner.ledger import ledger
-from taskrunner.models import EventDelivery, OutboxEvent, TaskRun, TaskRunUnit
+from taskrunner.models import EventDelivery, OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.redaction import MAX_LENGTH
 from tasks.queues import queues
 from tests.conftest import empty_tables
@@ -71,6 +72,10 @@ from tests.support import see_logs
 TYPE = "tests.model"
 SECRET = "sk_live_PROBE_SECRET"
 CARD = "4111 1111 1111 1111"
+IBAN = "DE89 3704 0044 0532 0130 00"
+SSN = "078-05-1120"
+# The values every domain, vendor and subscriber message carries: none may be stored.
+SENSITIVE = f"card {CARD} iban {IBAN} ssn {SSN}"
 VENDOR_REASON = see_logs(r"sqlalchemy\.exc\.OperationalError")
 
 
@@ -125,7 +130,9 @@ class ModelTask:
                 raise ModelFailure(domain_message(unit.key, context["long"]))
             if outcome == "vendor":
                 raise OperationalError(
-                    f"UPDATE cards SET pan = '{CARD}' -- {SECRET}", {"token": SECRET}, None
+                    f"UPDATE cards SET pan = '{CARD}', iban = '{IBAN}', ssn = '{SSN}' -- {SECRET}",
+                    {"token": SECRET},
+                    None,
                 )
 
         return job
@@ -135,7 +142,7 @@ class ModelTask:
 
 
 def domain_message(key: str, long: bool) -> str:
-    return f"unit {key} declined card {CARD}" + (" and more" * 80 if long else "")
+    return f"unit {key} declined {SENSITIVE}" + (" and more" * 80 if long else "")
 
 
 class Flaky:
@@ -147,7 +154,7 @@ class Flaky:
 
     def __call__(self, event: Mapping[str, Any]) -> None:
         if self.broken:
-            raise TaskReportableError(f"subscriber down for {event['name']} {CARD}")
+            raise TaskReportableError(f"subscriber down for {event['name']} {SENSITIVE}")
         self.took.append(event["id"])
 
 
@@ -202,6 +209,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.by_unit_id: dict[int, tuple[Run, Unit]] = {}
         self.queued: list[Any] = []  # jobs taken from the queue, not delivered yet
         self.delivered: list[Any] = []  # jobs delivered (or lost) once: duplicates to be
+        self.clean_texts: set[str] = set()  # stored texts found free of secrets
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -422,6 +430,19 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 63))
     def a_lost_job_passes_its_drain_horizon(self, index: int) -> None:
         self.explored("a lost job passes its drain horizon")
+        self.age_a_pending_unit(index)
+
+    @precondition(lambda self: any(u.status == "pending" for u in self.live_units()))
+    @rule(index=st.integers(0, 63))
+    def the_sweep_meets_a_lost_job_past_its_drain_horizon(self, index: int) -> None:
+        # Aging and sweeping as separate rules rarely met in one example (the unit ran,
+        # or was retried, in between): expiry past the horizon went unchecked on some
+        # seeds. In one step, every example that has a pending unit can check it.
+        self.explored("the sweep meets a lost job past its drain horizon")
+        self.age_a_pending_unit(index)
+        self.sweep()
+
+    def age_a_pending_unit(self, index: int) -> None:
         unit = self.pick([u for u in self.live_units() if u.status == "pending"], index)
         hours = current_app.config["TASK_RUNNER_RETRY_HORIZON_HOURS"]
         db.session.execute(
@@ -436,6 +457,9 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule()
     def stuck_sweep(self) -> None:
         self.explored("stuck sweep")
+        self.sweep()
+
+    def sweep(self) -> None:
         ledger.mark_stuck()
         for run in self.runs.values():
             if run.pruned or run.status != "running":
@@ -540,22 +564,51 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @invariant()
     def nothing_stored_carries_a_secret_or_exceeds_the_limit(self) -> None:
-        texts = [
+        reasons = [
             *db.session.execute(select(TaskRunUnit.last_error)).scalars(),
             *db.session.execute(select(EventDelivery.last_error)).scalars(),
+            *(p.get("reason") for p in db.session.execute(select(OutboxEvent.payload)).scalars()),
         ]
-        reasons = [
-            p.get("reason") for p in db.session.execute(select(OutboxEvent.payload)).scalars()
-        ]
-        payloads = [
-            json.dumps(p) for p in db.session.execute(select(OutboxEvent.payload)).scalars()
-        ]
-        for text in filter(None, texts + reasons):
+        for text in filter(None, reasons):
             assert len(text) <= MAX_LENGTH, text
-        for text in filter(None, texts + payloads):
-            assert SECRET not in text, text
-            assert "4111111111111111" not in re.sub(r"(?<=\d)[ .\-]{1,2}(?=\d)", "", text), text
+        for column, text in stored_texts():
+            if text in self.clean_texts:
+                continue  # most rows are unchanged since the last step
+            assert "sk_live_" not in text, f"{column}: {text}"
+            assert mask(text) == text, f"{column} keeps what the masker masks: {text}"
+            self.clean_texts.add(text)
         db.session.rollback()
+
+
+# Random identifiers, not text a message flows into: hex that the masker may read as digits.
+IDENTIFIERS = {"dispatch_token", "dispatch_uuid"}
+
+
+def stored_texts() -> Iterator[tuple[str, str]]:
+    """(table.column, text) for every string and JSON leaf of every ledger table."""
+    for model in (TaskRun, TaskRunUnit, OutboxEvent, EventDelivery, OperatorAction):
+        table = model.__table__
+        columns = [
+            c
+            for c in table.columns
+            if isinstance(c.type, String | JSON) and c.name not in IDENTIFIERS
+        ]
+        for row in db.session.execute(select(*columns)):
+            for column, value in zip(columns, row, strict=True):
+                for text in leaves(value):
+                    yield f"{table.name}.{column.name}", text
+
+
+def leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield str(key)
+            yield from leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from leaves(item)
+    elif value is not None:
+        yield str(value)
 
 
 @pytest.fixture

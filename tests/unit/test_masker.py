@@ -179,6 +179,42 @@ def test_text_without_card_iban_or_ssn_shaped_numbers_is_left_alone(text):
     assert mask(text) == text
 
 
+def completes_a_card(digits: str) -> bool:
+    """Whether some 13-19 digit window ending at the last digit passes Luhn."""
+    return any(luhn_valid(digits[-size:]) for size in range(13, 20) if len(digits) >= size)
+
+
+@st.composite
+def luhn_free_runs(draw) -> str:
+    """A run of 13-30 digits with no Luhn-valid 13-19 digit window anywhere.
+
+    Built digit by digit: each window ending at a digit rules out exactly one value of it
+    (its check digit), so at most seven of ten are ruled out and three always remain.
+    """
+    digits = ""
+    for _ in range(draw(st.integers(13, 30))):
+        allowed = [d for d in "0123456789" if not completes_a_card(digits + d)]
+        digits += draw(st.sampled_from(allowed))
+    return digits
+
+
+@PROPERTY
+@given(
+    run=luhn_free_runs(),
+    size=st.sampled_from([0, 4]),
+    separator=st.sampled_from([" ", "-", ".", "  "]),
+    before=prose,
+    after=prose,
+)
+def test_a_long_digit_run_that_fails_luhn_in_every_window_is_left_alone(
+    run, size, separator, before, after
+):
+    # Order numbers, tracking codes, references: long, but no window is a card number.
+    shown = grouped(run, size, separator) if size else run
+    text = f"{before} order {shown} {after}"
+    assert mask(text) == text
+
+
 @PROPERTY
 @given(value=st.integers(0, 2**128 - 1), upper=st.booleans(), before=prose, after=prose)
 def test_a_uuid_is_never_taken_for_a_card_or_an_ssn(value, upper, before, after):
