@@ -1,9 +1,10 @@
 """What a process does once, at its entry point, before it serves or runs the app.
 
 The app factory reads its config and writes nothing. The entry points do the rest:
-the process logs through the scrubbing layer (``security.logs``), to ``LOG_FILE`` or
-the instance's ``taskledger.log``, and, where no ``SECRET_KEY`` is set, the
-instance's key is made once. The entry points are the ``flask`` commands
+an existing instance folder that others may enter is tightened to 0700 (a new one is
+made so), the process logs through the scrubbing layer (``security.logs``), to
+``LOG_FILE`` or the instance's ``taskledger.log``, and, where no ``SECRET_KEY`` is
+set, the instance's key is made once. The entry points are the ``flask`` commands
 (``EntryCommands``: ``make migrate`` runs one, so ``make run`` finds the key),
 ``wsgi`` (gunicorn, ``flask --app wsgi run``) and the consumers (``tasks.consumer``,
 which log to stderr and need no key).
@@ -18,11 +19,16 @@ from flask import Flask
 from flask.cli import AppGroup
 
 from config import ensure_secret_key
+from security.files import tighten_dir
 from security.logs import configure_logging
 
 
 def prepare_process(app: Flask) -> None:
-    """Route this process's logging through the scrubbing layer; give ``app`` its key."""
+    """Tighten the instance folder, route this process's logging through the scrubbing
+    layer, give ``app`` its key."""
+    # Its files are 0600, but a folder others may enter still shows them what is there
+    # (and an older version made it 0755).
+    tighten_dir(Path(app.instance_path))
     target = app.config.get("LOG_FILE") or str(Path(app.instance_path) / "taskledger.log")
     configure_logging(target, app.config.get("LOG_LEVEL", "INFO"))
     if not app.config.get("SECRET_KEY"):

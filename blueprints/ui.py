@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 from blueprints.problems import problem, wants_problem
 from database import utcnow
 from extensions import db
+from taskrunner.contract import plural  # the pages' and the CLIs' one helper
 
 CONTENT_SECURITY_POLICY = "; ".join(
     (
@@ -120,11 +121,6 @@ def thousands(n: int | None) -> str:
     return "0" if n is None else f"{n:,}"
 
 
-def plural(n: int, word: str, words: str | None = None) -> str:
-    """'1 unit', '1,580 units': the count with a thousands separator and the right form."""
-    return f"{n:,} {word if n == 1 else (words or word + 's')}"
-
-
 def error_response(
     status: int, title: str, message: str, headers: dict[str, str] | None = None
 ) -> Response | tuple[str, int, dict[str, str]]:
@@ -217,8 +213,14 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
+        from security.refs import error_ref
+
         db.session.rollback()
+        # The scrubbing log layer ends this line with "[ref <code>]", the same code as
+        # the answer's: whoever is shown the 500 can name its one log entry.
         app.logger.exception("Unhandled error on %s", request.path)
         return error_response(
-            500, "Something broke", "An unexpected error happened; it has been logged."
+            500,
+            "Something broke",
+            f"An unexpected error happened; it has been logged, ref {error_ref(exc)}.",
         )

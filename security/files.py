@@ -22,6 +22,13 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def tighten_dir(path: Path) -> None:
+    """An existing folder others may enter made ``DIR_MODE``; a missing one is left to
+    the first private file made in it (a host that writes no instance file needs none)."""
+    if path.is_dir():
+        _tighten(path, DIR_MODE)
+
+
 def private_file(path: Path) -> Path:
     """``path`` as a file only its owner may read, created empty if missing.
 

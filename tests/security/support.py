@@ -18,6 +18,8 @@ from urllib.parse import urlencode
 from harness import WebServer, process_env
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+# The environment of a server with the tests' hooks inside (``tests.security.server_hooks``).
+HOOKS = {"GUNICORN_CMD_ARGS": "--config python:tests.security.server_hooks"}
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Item 11 of the security review: ``flask users create`` refused anything with an
 "@" as an email no more, and the database, queue, log and key files of the
-instance folder are created 0600 (the folder 0700) under the usual umask.
+instance folder are created 0600 (the folder 0700, an existing one tightened) under
+the usual umask.
 """
 
 from __future__ import annotations
@@ -74,9 +75,13 @@ def flask(instance, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_embedded_database_queue_log_and_key_are_private_files(tmp_path):
+def test_the_embedded_database_queue_log_and_key_are_private_files_in_a_private_folder(
+    tmp_path,
+):
     instance = tmp_path / "instance"
+    # A folder an older version (or the usual umask) left open to everyone is tightened.
     instance.mkdir()
+    instance.chmod(0o755)
     # A log an older version left readable by everyone is tightened, its lines kept.
     log = instance / "taskledger.log"
     log.write_text("old lines\n")
@@ -92,4 +97,5 @@ def test_the_embedded_database_queue_log_and_key_are_private_files(tmp_path):
     assert {"taskledger.db", "queue.sqlite3", "taskledger.log", "secret_key"} <= names, names
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in files}
     assert modes == {name: 0o600 for name in modes}
+    assert stat.S_IMODE(instance.stat().st_mode) == 0o700
     assert log.read_text().startswith("old lines\n")

@@ -1,6 +1,8 @@
 """No secret reaches a log, a database file or a queue file; "see logs" finds its log line.
 
-Item 1 of the security review. A ``diagnostics.probe`` run whose units fail with
+Item 1 of the security review. A request of a real gunicorn fails with an error
+carrying a vendor key and a card number: its log holds neither, and its 500 names
+the reference on the log line. A ``diagnostics.probe`` run whose units fail with
 driver-style errors carrying ``sk_live_PROBE_SECRET`` and ``4111 1111 1111 1111``
 is started by the CLI and run by the real consumers ``flask workers --mode lean``
 starts (periodic tasks included). Then every log file, database file and queue
@@ -29,7 +31,9 @@ from extensions import db
 from taskrunner.contract import RunStatus
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
-from tests.support import ROOT, process_env, see_logs
+from tests.security.server_hooks import FAILING_PATHS, VendorDown
+from tests.security.support import HOOKS, HttpClient
+from tests.support import ROOT, process_env, see_logs, wait_for
 
 pytestmark = pytest.mark.workers
 
@@ -134,6 +138,30 @@ def test_a_vendor_failing_probe_leaves_no_secret_anywhere_and_refs_find_the_log_
         assert f"Unit {key} of run {run_uuid}" in line
 
     assert "Traceback" in worker_log and "[card ····1111]" in worker_log
+
+
+@pytest.mark.parametrize("path", FAILING_PATHS, ids=["page", "problem-body"])
+def test_an_error_in_a_request_is_logged_without_its_secrets_under_the_ref_its_500_names(
+    gunicorn, app, path
+):
+    port = gunicorn.start(**HOOKS)
+
+    answer = HttpClient(port).get(path)
+
+    assert answer.status == 500
+    [ref] = re.findall(r"it has been logged, ref ([0-9a-f]{8})\.", answer.text)
+    assert count_secrets(answer.body) == 0
+    # The app's line is written before the answer, gunicorn's access line just after it.
+    logs = wait_for(
+        lambda: (text := gunicorn.logs(port)).count(f'"GET {path} HTTP/1.1" 500') and text,
+        message="the access log line",
+    )
+    lines = [line for line in logs.splitlines() if f"[ref {ref}]" in line]
+    assert lines and all(f"Unhandled error on {path}" in line for line in lines), lines
+    assert count_secrets(logs.encode()) == 0
+    # The traceback is there, the chained cause's included, scrubbed.
+    assert f"{VendorDown.__module__}.{VendorDown.__qualname__}" in logs
+    assert "token=[redacted]" in logs and "[card ····1111]" in logs
 
 
 def test_database_errors_of_the_app_carry_no_bound_values(app):

@@ -2,7 +2,9 @@
 
 Items 3 and 4 of the security review. The server runs 2 workers x 4 threads, so
 sign-ins really race; ``TRUSTED_PROXY_HOPS=1`` makes it trust one proxy, whose
-X-Forwarded-For the client sets (``HttpClient.forwarded_for``).
+X-Forwarded-For the client sets (``HttpClient.forwarded_for``). The parallel test's
+server counts its password checks (``server_hooks``): a throttled answer must have
+had none.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tests.security.support import HttpClient
+from tests.security.support import HOOKS, HttpClient
 from tests.web.backoffice_support import PASSWORD, VIEW, make_user
 
 pytestmark = pytest.mark.workers
@@ -40,12 +43,14 @@ def victim(app):
         make_user(VICTIM, VIEW)
 
 
-def concurrent_sign_ins(port: int, attempts: list[tuple[str, str, str]]) -> list[int]:
-    """Sign in with every (address, email, password) at once; the statuses, in order."""
+def concurrent_sign_ins(port: int, attempts: list[tuple[str, str, str]]) -> tuple[list[int], float]:
+    """Sign in with every (address, email, password) at once: the statuses, in order, and
+    the moment (``time.monotonic``) the attempts were let go, once every form was fetched."""
     clients = [HttpClient(port, forwarded_for=address) for address, _, _ in attempts]
     tokens = [client.csrf_token() for client in clients]
     statuses: list[int] = [0] * len(attempts)
-    barrier = threading.Barrier(len(attempts))
+    released: list[float] = []
+    barrier = threading.Barrier(len(attempts), action=lambda: released.append(time.monotonic()))
 
     def attempt(index: int) -> None:
         _, email, password = attempts[index]
@@ -57,23 +62,34 @@ def concurrent_sign_ins(port: int, attempts: list[tuple[str, str, str]]) -> list
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
-    return statuses
+    return statuses, released[0]
 
 
-def test_thirty_parallel_wrong_passwords_get_six_checks_and_the_right_one_waits(gunicorn, victim):
-    port = gunicorn.start(TRUSTED_PROXY_HOPS="1")
+def password_checks(path: Path) -> int:
+    """How many passwords the server compared (``server_hooks`` writes a line for each)."""
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_thirty_parallel_wrong_passwords_get_six_checks_and_the_right_one_waits(
+    gunicorn, victim, tmp_path
+):
+    checks = tmp_path / "password-checks"
+    port = gunicorn.start(**HOOKS, TRUSTED_PROXY_HOPS="1", PASSWORD_CHECKS_FILE=str(checks))
     attempts = [(f"198.51.100.{i}", VICTIM, WRONG) for i in range(1, 31)]
     right = HttpClient(port, forwarded_for="198.51.100.99")
     token = right.csrf_token()
 
-    started = time.monotonic()
-    statuses = concurrent_sign_ins(port, attempts)
+    statuses, started = concurrent_sign_ins(port, attempts)
     then = right.sign_in(VICTIM, PASSWORD, token).status
     seconds = time.monotonic() - started
 
     # A checked password answers 200 (refused) or 302 (signed in); a throttled one 429.
     assert statuses.count(200) + statuses.count(429) == 30, statuses
     checked = statuses.count(200) + (then == 302)
+    # No 429 had its password compared, the right one's included: each attempt is
+    # counted before its password is checked, so a correct password never gets past a
+    # block (it signs in only if admitted, once the block ran out).
+    assert password_checks(checks) == checked, (statuses, then)
     assert FREE + 1 <= checked <= checks_allowed(seconds), (statuses, then, seconds)
 
 
