@@ -10,6 +10,7 @@ from flask.cli import AppGroup
 
 from asyncrequests import retention, tokens
 from asyncrequests.errors import AsyncRequestError
+from taskrunner.contract import plural
 from tenancy.cli import tenants_cli
 
 token_cli = AppGroup("token", help="Create, list and revoke tenant API tokens.")
@@ -73,4 +74,4 @@ def list_command(tenant_id: int) -> None:
 )
 def prune_command(days: int | None) -> None:
     """Delete async requests older than the retention; the task-run ledger is not touched."""
-    click.echo(f"pruned {retention.prune(days)} async requests")
+    click.echo(f"pruned {plural(retention.prune(days), 'async request')}")

@@ -16,7 +16,7 @@ from taskrunner import delivery, operations, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
-from taskrunner.types import TERMINAL_RUN, Refused
+from taskrunner.types import TERMINAL_RUN, Refused, plural
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
 events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
@@ -51,7 +51,7 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
         refuse(str(exc))
     except Exception as exc:  # the wedge guard settled the run; the log has the traceback
         refuse(f"dispatch failed: {redact(exc)}")
-    click.echo(f"started {type_}: {handle.units_total} units", err=True)
+    click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
     if wait:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -149,7 +149,7 @@ def retry_command(
         refuse(str(exc))
     except Exception as exc:
         refuse(f"dispatch failed: {redact(exc)}")
-    click.echo(f"re-dispatched {count} units of run {run_uuid}")
+    click.echo(f"re-dispatched {plural(count, 'unit')} of run {run_uuid}")
 
 
 @tasks_cli.command("pause")
@@ -173,7 +173,7 @@ def resume_command(type_: str) -> None:
         refuse(str(exc))
     except Exception as exc:
         refuse(f"dispatch failed: {redact(exc)}")
-    click.echo(f"task type {type_} resumed: {count} waiting units dispatched")
+    click.echo(f"task type {type_} resumed: {plural(count, 'waiting unit')} dispatched")
 
 
 @tasks_cli.command("cancel")
@@ -184,7 +184,7 @@ def cancel_command(run_uuid: str) -> None:
         count = runner.cancel(run_uuid)
     except Refused as exc:
         refuse(str(exc))
-    click.echo(f"cancelled run {run_uuid}: {count} units skipped")
+    click.echo(f"cancelled run {run_uuid}: {plural(count, 'unit')} skipped")
 
 
 @tasks_cli.command("prune")
@@ -193,8 +193,9 @@ def prune_command(days: int | None) -> None:
     """Delete terminal runs older than the retention, and the queues' leftovers."""
     report = runner.prune(days)
     click.echo(
-        f"pruned {report.runs} runs ({report.units} units, {report.events} events, "
-        f"{report.actions} operator actions, {report.queue_keys} queue leftovers)"
+        f"pruned {plural(report.runs, 'run')} ({plural(report.units, 'unit')}, "
+        f"{plural(report.events, 'event')}, {plural(report.actions, 'operator action')}, "
+        f"{plural(report.queue_keys, 'queue leftover')})"
     )
 
 
@@ -202,7 +203,7 @@ def prune_command(days: int | None) -> None:
 def detect_stuck_command() -> None:
     """Run the stuck sweep once."""
     count = ledger.mark_stuck()
-    click.echo(f"{count} units newly stale")
+    click.echo(f"{plural(count, 'unit')} newly stale")
 
 
 @events_cli.command("parked")
@@ -220,7 +221,7 @@ def parked_command(as_json: bool, limit: int) -> None:
             f"{d.event_id}  {d.name:22} run={d.run_uuid or '-'}  {d.subscriber}  "
             f"attempts={d.attempts}  {d.last_error or ''}"
         )
-    click.echo(f"{len(parked)} parked deliveries", err=True)
+    click.echo(plural(len(parked), "parked delivery", "parked deliveries"), err=True)
 
 
 @events_cli.command("redeliver")
@@ -235,7 +236,7 @@ def redeliver_command(event_ids: tuple[str, ...], every: bool) -> None:
         refuse("no parked delivery" + (f" of {', '.join(event_ids)}" if event_ids else ""))
     if refused:
         refuse(f"{refused} of {taken + refused} deliveries refused again, still parked")
-    click.echo(f"re-delivered {taken} parked deliveries")
+    click.echo(f"re-delivered {plural(taken, 'parked delivery', 'parked deliveries')}")
 
 
 @events_cli.command("catalog")

@@ -38,6 +38,7 @@ from taskrunner.types import (
     TaskUnit,
     UnitJob,
     UnitStatus,
+    plural,
 )
 from tasks.interrupts import raise_if_stopping
 from tasks.routing import JobHandle, job, on_signal, periodic
@@ -68,6 +69,7 @@ __all__ = [
     "on_signal",
     "operations",
     "periodic",
+    "plural",
     "raise_if_stopping",
     "redact",
     "register",

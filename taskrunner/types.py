@@ -83,3 +83,11 @@ class RunHandle:
     uuid: str
     status: RunStatus
     units_total: int
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """'1 unit', '1,580 units': the count with a thousands separator and the right form.
+
+    One helper for the pages and every package's CLI (through ``taskrunner.contract``).
+    """
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"

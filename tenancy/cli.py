@@ -9,6 +9,7 @@ from typing import NoReturn
 import click
 from flask.cli import AppGroup
 
+from taskrunner.contract import plural
 from tenancy import services as tenants
 from tenancy.services import TenantError
 
@@ -56,7 +57,7 @@ def import_command(path: str) -> None:
         refuse(f"cannot read {path}: {exc.strerror or exc}")
     except TenantError as exc:
         refuse(str(exc))
-    click.echo(f"imported {report.created} tenants ({report.skipped} already there)")
+    click.echo(f"imported {plural(report.created, 'tenant')} ({report.skipped:,} already there)")
 
 
 @tenants_cli.command("close")

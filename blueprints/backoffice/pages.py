@@ -32,6 +32,11 @@ def paged(read, *args, **kwargs):
         abort(400, description=f"bad cursor: {exc}")
 
 
+def asked(limit: int) -> int | None:
+    """The limit for the next page's link: the one in the address, none if it gave none."""
+    return limit if request.args.get("limit") else None
+
+
 def can_manage() -> bool:
     return current_user.is_authenticated and current_user.has_permission(MANAGE)
 
@@ -71,7 +76,7 @@ def runs():
         type_=filters["type_"],
         status=filters["status"],
         failed_within=failed_within,
-        limit=limit if request.args.get("limit") else None,
+        limit=asked(limit),
         stream=url_for("backoffice.runs_stream", run=running) if page.items else None,
     )
 
@@ -89,8 +94,9 @@ def overview_strip():
 def run(run_uuid: str):
     run = run_or_404(run_uuid)
     unit_status = params.unit_status()
+    limit = params.limit()
     units = paged(
-        operations.run_units, run, status=unit_status, limit=params.limit(), cursor=params.cursor()
+        operations.run_units, run, status=unit_status, limit=limit, cursor=params.cursor()
     )
     detail = operations.run_detail(run, cap=CAP)
     return render_template(
@@ -99,6 +105,7 @@ def run(run_uuid: str):
         counts=detail.counts,
         units=units,
         unit_status=unit_status,
+        limit=asked(limit),
         failed=detail.failed,
         skipped=detail.skipped,
         stale=detail.stale,
@@ -165,12 +172,14 @@ def events(run_uuid: str):
 @bp.get("/stale-units")
 @permission_required(VIEW)
 def stale_units():
-    stale = paged(operations.stale_units, limit=params.limit(100, 500), cursor=params.cursor())
+    limit = params.limit(100, 500)
+    stale = paged(operations.stale_units, limit=limit, cursor=params.cursor())
     return render_template(
         "backoffice/stale.html",
         page=stale.page,
         by_run=stale.by_run,
         total=stale.total,
+        limit=asked(limit),
         can_manage=can_manage(),
     )
 
@@ -190,7 +199,7 @@ def parked_events():
 @bp.get("/units")
 @permission_required(VIEW)
 def history():
-    key, tenant = params.text("key"), params.tenant()
+    key, tenant, limit = params.text("key"), params.tenant(), params.limit()
     if key is not None and tenant is not None:
         abort(400, description="give either key or tenant, not both")
     page = None
@@ -199,10 +208,15 @@ def history():
             operations.unit_history,
             unit_key=key,
             tenant_id=tenant,
-            limit=params.limit(),
+            limit=limit,
             cursor=params.cursor(),
         )
     streak = operations.failure_streak(page.items) if page and not request.args.get("cursor") else 0
     return render_template(
-        "backoffice/history.html", page=page, key=key, tenant=tenant, streak=streak
+        "backoffice/history.html",
+        page=page,
+        key=key,
+        tenant=tenant,
+        limit=asked(limit),
+        streak=streak,
     )

@@ -109,13 +109,72 @@ def audit(page, name: str) -> None:
     assert not blocking, f"{name}: " + json.dumps(blocking, indent=1)
 
 
+# What reads badly on a phone, measured rather than eyeballed: the page or a table in its frame
+# scrolling sideways, and a card's label (its ::before) running into the value after it. Only
+# the course builder's stage and step tables keep a sideways scroll (by design, for now).
+SCROLLING_TABLES = "table.stages, table.steps"
+LAYOUT_PROBLEMS = """(scrolling) => {
+    const problems = [];
+    const doc = document.documentElement;
+    if (doc.scrollWidth > doc.clientWidth + 1) {
+        problems.push(`the page scrolls sideways: ${doc.scrollWidth} > ${doc.clientWidth} px`);
+    }
+    for (const wrap of document.querySelectorAll(".table-wrap")) {
+        if (wrap.querySelector(scrolling)) continue;
+        if (wrap.scrollWidth > wrap.clientWidth + 1) {
+            const table = wrap.querySelector("table").className.replace(/ /g, ".");
+            problems.push(`table.${table} scrolls sideways: ${wrap.scrollWidth}`
+                + ` > ${wrap.clientWidth} px`);
+        }
+    }
+    const measure = document.createElement("canvas").getContext("2d");
+    for (const td of document.querySelectorAll("td[data-label]")) {
+        if (!td.getClientRects().length) continue;  // hidden at this width
+        const label = getComputedStyle(td, "::before");
+        if (label.content === "none" || label.display === "none" || label.display === "block") {
+            continue;  // no label drawn, or drawn on a line of its own
+        }
+        const cell = getComputedStyle(td);
+        const name = `${td.closest("table").className} "${td.dataset.label}"`;
+        if (!["left", "start"].includes(cell.textAlign)) {
+            problems.push(`${name}: the cell is aligned ${cell.textAlign}, away from its label`);
+            continue;
+        }
+        const range = document.createRange();
+        range.selectNodeContents(td);
+        const first = [...range.getClientRects()].find(r => r.width > 0);
+        if (!first) continue;
+        measure.font = label.font;
+        const box = td.getBoundingClientRect();
+        const px = name => parseFloat(cell[name]);
+        const contentLeft = box.left + px("borderLeftWidth") + px("paddingLeft");
+        const contentTop = box.top + px("borderTopWidth") + px("paddingTop");
+        const labelEnd = contentLeft + parseFloat(label.paddingLeft)
+            + measure.measureText(td.dataset.label).width;
+        const sameLine = first.top < contentTop + parseFloat(label.fontSize);
+        if (sameLine && first.left - labelEnd < 4) {
+            problems.push(`${name}: the value starts ${(first.left - labelEnd).toFixed(1)} px`
+                + " after its label");
+        }
+    }
+    return [...new Set(problems)];
+}"""
+
+
+def phone_layout(page, name: str) -> None:
+    """Nothing scrolls sideways and no card label touches its value."""
+    problems = page.evaluate(LAYOUT_PROBLEMS, SCROLLING_TABLES)
+    assert not problems, f"{name}: " + "; ".join(problems)
+
+
 def shoot(page, phone, url: str, name: str, ready: str) -> None:
-    """Both widths of one page, audited at both."""
+    """Both widths of one page, audited at both; the phone's layout checked too."""
     for view, suffix in ((page, ""), (phone, "-phone")):
         view.goto(url)
         view.wait_for_selector(ready)
         audit(view, f"{name}{suffix}")
         view.screenshot(path=str(SHOTS / f"{name}{suffix}.png"), full_page=True)
+    phone_layout(phone, f"{name}-phone")
 
 
 def failed_build(app) -> str:

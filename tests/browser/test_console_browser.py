@@ -5,12 +5,24 @@ screenshots (desktop and phone)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from accounts.permissions import PERMISSIONS
 from accounts.services import create_user
+from database import utcnow
 from taskrunner import runner
+from taskrunner.ledger import ledger
+from taskrunner.ledger.throughput import THROUGHPUT_GRACE
 from tenancy import services as tenants
 from tests.browser import test_backoffice_browser as base
-from tests.browser.test_backoffice_browser import PASSWORD, SHOTS, audit, run_status
+from tests.browser.test_backoffice_browser import (
+    PASSWORD,
+    PHONE,
+    SHOTS,
+    audit,
+    phone_layout,
+    run_status,
+)
 from tests.support import wait_for
 
 pytestmark = base.pytestmark
@@ -22,14 +34,16 @@ BEAT = {"CONSUMER_HEARTBEAT_SECONDS": "0.5"}
 
 
 def shoot(browser, page, name: str, path: str) -> None:
-    """Both widths of one page, each audited with axe-core (serious or critical fails)."""
+    """Both widths of one page, each audited with axe-core (serious or critical fails); the
+    phone's layout checked too."""
     audit(page, name)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-    phone = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+    phone = browser.new_page(viewport=PHONE, is_mobile=True)
     phone.context.add_cookies(page.context.cookies())
     phone.goto(path)
     audit(phone, f"{name}-phone")
     phone.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=True)
+    phone_layout(phone, f"{name}-phone")
     phone.close()
 
 
@@ -83,8 +97,6 @@ def test_an_operator_on_call_uses_workers_queues_search_and_a_group_retry(
     page.wait_for_selector("text=Retrying 3 units.")
     wait_for(lambda: run_status(app, failing) != "running", timeout=60, message="the retry")
     with app.app_context():
-        from taskrunner.ledger import ledger
-
         run = ledger.get_run(failing)
         failed = ledger.run_units_page(run, status="failed").items
         assert {u["unit_key"]: u["attempts"] for u in failed} == {
@@ -104,7 +116,14 @@ def test_an_operator_on_call_uses_workers_queues_search_and_a_group_retry(
         waiting = runner.start("diagnostics.probe", {"units": 5}, "cli").uuid
     page.goto(f"{served}/backoffice/task-runs/{waiting}")
     assert "is paused" in page.inner_text("main")
+    # The periodic per-minute roll-up, run here rather than waited for: the minute now
+    # running included (past its grace), so the page shows the counts of the runs above.
+    with app.app_context():
+        assert ledger.roll_throughput(utcnow() + timedelta(minutes=1) + THROUGHPUT_GRACE) > 0
     page.goto(f"{served}/backoffice/queues")
+    assert "not rolled up yet" not in page.inner_text("main")
+    tasks = page.locator("table.queues tbody tr", has=page.locator("th", has_text="tasks"))
+    assert tasks.locator("td[data-label='Done / failed, hour']").inner_text() != "0 / 0"
     shoot(chromium, page, "queues", f"{served}/backoffice/queues")
     assert run_status(app, waiting) == "running"
     page.click("form[action='/backoffice/task-types/diagnostics.probe/resume'] button")

@@ -65,8 +65,13 @@ def test_status_json_without_a_run_lists_recent_runs(inline_cli):
 
 
 def test_start_prints_the_uuid_alone_on_its_last_line(inline_cli):
-    uuid = start(inline_cli, {"units": 1})
+    result = inline_cli.invoke(
+        args=["tasks", "start", "diagnostics.probe", "--context", json.dumps({"units": 1})]
+    )
+    uuid = result.stdout.strip().splitlines()[-1]
     assert len(uuid) == 36 and uuid.count("-") == 4
+    # The count on stderr says its unit in the singular.
+    assert "started diagnostics.probe: 1 unit\n" in result.stderr
 
 
 @pytest.mark.parametrize(

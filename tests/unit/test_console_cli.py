@@ -55,7 +55,7 @@ def test_retry_of_named_units_takes_only_those(inline_app, inline_cli):
     result = inline_cli.invoke(args=["tasks", "retry", run_uuid, "--unit", "probe-6"])
 
     assert result.exit_code == 0, result.stderr
-    assert "re-dispatched 1 units" in result.stdout
+    assert f"re-dispatched 1 unit of run {run_uuid}" in result.stdout
     assert failed_keys(inline_app, run_uuid) == {"probe-3": 1, "probe-6": 2}
 
 
@@ -98,6 +98,19 @@ def test_pause_and_resume_a_type_from_the_cli(app, cli):
     assert "not registered" in unknown.stderr
     not_paused = cli.invoke(args=["tasks", "resume", "diagnostics.probe"])
     assert not_paused.exit_code == 1 and "is not paused" in not_paused.stderr
+
+
+def test_counts_of_one_are_said_in_the_singular(app, cli, tmp_path):
+    cli.invoke(args=["tasks", "pause", "diagnostics.probe"])
+    start(cli, {"units": 1})
+    resumed = cli.invoke(args=["tasks", "resume", "diagnostics.probe"])
+    assert (
+        resumed.stdout.strip() == "task type diagnostics.probe resumed: 1 waiting unit dispatched"
+    )
+    sheet = tmp_path / "one.csv"
+    sheet.write_text("name\nGlobex\n", encoding="utf-8")
+    imported = cli.invoke(args=["tenants", "import", str(sheet)])
+    assert imported.stdout.strip() == "imported 1 tenant (0 already there)"
 
 
 def test_tenants_create_list_import_and_close(app, cli, tmp_path):

@@ -95,7 +95,7 @@ def test_prune_deletes_old_terminal_runs_and_never_a_running_or_young_one(fleet,
 
 def test_prune_with_days_keeps_runs_inside_the_retention_it_was_given(fleet, cli):
     result = cli.invoke(args=["tasks", "prune", "--days", "35"])
-    assert result.output.startswith("pruned 1 runs (3 units, ")
+    assert result.output.startswith("pruned 1 run (3 units, ")
     assert ledger.find_run(fleet["old"]) is None
     assert ledger.find_run(fleet["cancelled"]) is not None
     assert cli.invoke(args=["tasks", "prune", "--days", "-1"]).exit_code == 2

@@ -86,7 +86,7 @@ def test_a_unit_held_past_its_threshold_is_stale_once_per_episode_and_a_retry_he
     # A new episode: the retried unit runs again and is held again.
     result = cli.invoke(args=["tasks", "retry", handle.uuid])
     assert result.exit_code == 0, result.output
-    assert "re-dispatched 1 units" in result.output
+    assert "re-dispatched 1 unit " in result.output
     second = execute_in_thread()
     assert held.started.acquire(timeout=10)
     wait_for(

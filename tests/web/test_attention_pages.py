@@ -179,6 +179,38 @@ def test_older_keeps_the_limit_and_the_filters(app, viewer_web):
     assert len(viewer_web.get(older).html.select("table.runs tbody tr")) == 1
 
 
+def test_older_on_a_units_history_keeps_the_limit_and_the_key(app, viewer_web):
+    with app.app_context():
+        for _ in range(3):
+            finished_run("diagnostics.probe", ["x"], {})
+    page = viewer_web.get("/backoffice/units?key=x&limit=2")
+    older = page.html.find("a", rel="next")
+    assert older.get_text() == "Older →"
+    assert "limit=2" in older["href"] and "key=x" in older["href"]
+    assert len(viewer_web.get(older["href"]).html.select("table.units tbody tr")) == 1
+
+
+def test_next_units_on_a_run_keeps_the_limit_and_the_status(app, viewer_web, failed_uuid):
+    page = viewer_web.get(f"/backoffice/task-runs/{failed_uuid}?unit_status=completed&limit=3")
+    first = [a.get_text() for a in page.html.select("#units td.key a")]
+    following = page.html.find("a", rel="next")
+    assert following.get_text() == "Next units →"
+    assert "limit=3" in following["href"] and "unit_status=completed" in following["href"]
+    # The limit also survives the status filter's form.
+    assert page.html.select_one("#units form.filters input[name=limit]")["value"] == "3"
+    rest = [a.get_text() for a in viewer_web.get(following["href"]).html.select("#units td.key a")]
+    assert len(first) == 3 and len(rest) == 1 and not set(first) & set(rest)
+
+
+def test_more_on_the_stale_units_page_keeps_the_limit(app, viewer_web):
+    with app.app_context():
+        running_run(["a", "b", "c"], lost=("a", "b", "c"))
+    page = viewer_web.get("/backoffice/stale-units?limit=2")
+    more = page.html.find("a", rel="next")
+    assert more.get_text() == "More →" and "limit=2" in more["href"]
+    assert len(viewer_web.get(more["href"]).html.select("table.units tbody tr")) == 1
+
+
 def test_the_overview_strip_draws_units_per_minute_and_per_hour_as_svg(app, viewer_web):
     with app.app_context():
         finished_run("diagnostics.probe", KEYS, {"k1": "probe unit 1 failed"})
@@ -431,4 +463,6 @@ def test_a_skipped_unit_says_why_without_calling_it_an_error(app, viewer_web):
     page = viewer_web.get(f"/backoffice/task-runs/{run_uuid}/units/a")
     assert "Why it was skipped" in page.text and "Last error" not in page.text
     history = viewer_web.get("/backoffice/units?key=a")
-    assert history.html.find("td", string="cancelled by operator")["class"] == ["reason-text"]
+    reason = history.html.find("td", string="cancelled by operator")
+    assert "reason-text" in reason["class"] and "error-text" not in reason["class"]
+    assert reason["data-label"] == "Reason"

@@ -54,7 +54,7 @@ def test_pruning_async_requests_leaves_the_ledger_untouched(inline_app, answered
         )
 
         assert result.exit_code == 0, result.output
-        assert result.output.strip() == "pruned 1 async requests"
+        assert result.output.strip() == "pruned 1 async request"
         assert request_count() == 0
         assert ledger_state() == before
         assert before[1:3] == ("completed", 1)
