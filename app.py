@@ -97,10 +97,12 @@ def register_blueprints(app: Flask) -> None:
     from blueprints.backoffice import bp as backoffice
     from blueprints.builder import bp as builder
     from blueprints.health import bp as health
+    from blueprints.problems import refuse_long_request_target
     from blueprints.tenant_api import bp as tenant_api
     from blueprints.tenant_api.document import bp as tenant_api_document
 
     ui.init_app(app)
+    app.before_request(refuse_long_request_target)  # before a token or a session is read
     for blueprint in (auth, backoffice, api):
         app.register_blueprint(blueprint)
     app.register_blueprint(health)

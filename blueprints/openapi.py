@@ -5,10 +5,11 @@ Each API package keeps a ``contract.py``: its component schemas and one
 ``blueprints/api/contract.py``). ``build()`` walks the app's URL map and writes
 the document: the path and its parameters come from the rule, 401 from the
 document's security scheme, 403 from the view's ``permission_required`` mark,
-the document-wide errors (a tenant's 429, a body's 413) from the ``Document``;
-everything else is declared. A route under the document's prefix without a
-declaration, a declaration without a route, or a path parameter left
-undescribed makes ``build()`` raise, so the documents cannot lag the URL map.
+the document-wide errors (a tenant's 429, a body's 413) from the ``Document``,
+414 (a URL over ``MAX_REQUEST_TARGET``) on every operation; everything else is
+declared. A route under the document's prefix without a declaration, a
+declaration without a route, or a path parameter left undescribed makes
+``build()`` raise, so the documents cannot lag the URL map.
 
 Adding an operation (say ``GET /api/v1/backoffice/workers``):
 
@@ -20,7 +21,8 @@ Adding an operation (say ``GET /api/v1/backoffice/workers``):
 3. put any new shape in that module's ``SCHEMAS`` with ``closed()``: every
    field listed and required, nothing else allowed;
 4. ``pytest tests/web/test_api_contracts.py``: it fails on any route, query
-   parameter, status, header or response field the document lacks, then
+   parameter, status, header (Location, Retry-After, WWW-Authenticate, …: carried
+   or required) or response field the document lacks, then
    ``make catalog`` if the tenant API changed (the README's client section).
 
 Objects are closed (``additionalProperties: false``) so that a field the
@@ -38,7 +40,13 @@ from typing import Any
 from flask import Flask
 from werkzeug.routing import Rule
 
-from blueprints.problems import MEDIA_TYPE, RETRY_STATUSES, code_for, title_for
+from blueprints.problems import (
+    MAX_REQUEST_TARGET,
+    MEDIA_TYPE,
+    RETRY_STATUSES,
+    code_for,
+    title_for,
+)
 
 OPENAPI_VERSION = "3.1.0"
 JSON = "application/json"
@@ -233,14 +241,10 @@ def _build(app: Flask, document: Document) -> dict[str, Any]:
     }
 
 
-# What the HTTP server in front of the app answers before the app sees the request
-# (gunicorn's limit on the request line): documented, but no problem body.
-SERVER_ANSWERS = {
-    "414": {
-        "description": "URI Too Long: the request line exceeds the server's limit (4,094 "
-        "bytes under gunicorn). Answered by the HTTP server, not the API: no problem body."
-    }
-}
+# Every request under /api/ may be refused for its length before its view runs
+# (``blueprints.problems.refuse_long_request_target``): a problem like any other.
+EVERY_API_ERROR = (414,)
+PROBLEM_NOTES = {414: f"the path and query together exceed {MAX_REQUEST_TARGET:,} bytes"}
 
 
 def _operation(
@@ -251,7 +255,7 @@ def _operation(
         raise UndocumentedRoute(
             f"{rule.rule}: path parameters {sorted(rule.arguments)} declared as {sorted(declared)}"
         )
-    errors = {*operation.errors, *document.every_operation_errors}
+    errors = {*operation.errors, *document.every_operation_errors, *EVERY_API_ERROR}
     if not operation.public:
         errors.add(401)
     if permission:
@@ -272,8 +276,7 @@ def _operation(
         | {
             str(status): {"$ref": f"#/components/responses/{problem_name(status)}"}
             for status in sorted(errors)
-        }
-        | SERVER_ANSWERS,
+        },
     }
     if description:
         spec["description"] = description
@@ -335,7 +338,8 @@ def _headers(headers: Mapping[str, bool], document: Document) -> dict[str, Any]:
 
 def _problem_response(status: int, document: Document) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "description": f"{title_for(status)} (problem body, `error`: `{code_for(status)}`)",
+        "description": f"{title_for(status)} (problem body, `error`: `{code_for(status)}`)"
+        + (f": {PROBLEM_NOTES[status]}." if status in PROBLEM_NOTES else ""),
         "content": {MEDIA_TYPE: {"schema": problem_schema(status)}},
     }
     headers = dict(document.problem_headers.get(status, {}))

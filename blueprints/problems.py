@@ -28,17 +28,33 @@ CODES: dict[int, str] = {
     404: "not_found",
     405: "method_not_allowed",
     413: "content_too_large",
+    414: "uri_too_long",
     429: "too_many_requests",
     500: "internal_error",
     503: "unavailable",
 }
 # Statuses whose answer tells the client when to try again.
 RETRY_STATUSES = (429, 503)
+# The longest request target (path and query, as sent) the APIs read; longer is a 414
+# problem. The HTTP server's own limit sits above it, so the app answers first:
+# gunicorn's --limit-request-line wherever it is started (harness, bench, deploy unit).
+MAX_REQUEST_TARGET = 4096
+SERVER_REQUEST_LINE_LIMIT = 8190
 
 
 def wants_problem() -> bool:
     """Whether this request is answered in problem bodies (the JSON APIs) rather than pages."""
     return request.path.startswith(API_PREFIX)
+
+
+def refuse_long_request_target() -> Response | None:
+    """A ``before_request`` hook: a 414 problem for a target over ``MAX_REQUEST_TARGET``."""
+    environ = request.environ
+    # gunicorn and Werkzeug's server keep the target as sent; a test client may not.
+    target = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path
+    if wants_problem() and len(target) > MAX_REQUEST_TARGET:
+        return problem(414, f"the path and query exceed {MAX_REQUEST_TARGET} bytes")
+    return None
 
 
 def code_for(status: int) -> str:

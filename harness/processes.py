@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from blueprints.problems import SERVER_REQUEST_LINE_LIMIT
 from harness.environment import ROOT
 from harness.waiting import wait_for
 
@@ -175,6 +176,8 @@ class WebServer:
             sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}",
             "--workers", str(workers), "--threads", str(threads),
             "--access-logfile", "-", "wsgi:app",
+            # Above the app's own limit: an over-long URL is the API's 414 problem.
+            "--limit-request-line", str(SERVER_REQUEST_LINE_LIMIT),
         ]  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(

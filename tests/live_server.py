@@ -19,6 +19,7 @@ class LiveServer(WebServer):
     def __init__(self, app, log_dir: Path, workers: int = 2) -> None:
         # Plain http on 127.0.0.1: the cookie cannot be Secure here.
         env = process_env(app, SESSION_COOKIE_SECURE="0", LOG_FILE=str(log_dir / "app.log"))
+        self.cookie_name = app.config["SESSION_COOKIE_NAME"]
         super().__init__(env, log_dir, workers=workers)
 
     def sign_in(self, email: str, password: str) -> str:
@@ -29,4 +30,4 @@ class LiveServer(WebServer):
                 "/login", data={"email": email, "password": password, "csrf_token": token}
             )
             assert answer.status_code == 302, answer.text[:500]
-            return browser.cookies["session"]
+            return browser.cookies[self.cookie_name]

@@ -26,15 +26,15 @@ from werkzeug.datastructures import ImmutableMultiDict
 from accounts.permissions import permission_required
 from blueprints.api.contract import BACKOFFICE
 from blueprints.openapi import (
-    SERVER_ANSWERS,
     UndocumentedRoute,
     build,
     openapi_path,
     problem_schema,
 )
 from blueprints.openapi_cli import client_section, readme_with_section
-from blueprints.problems import MEDIA_TYPE, problem
+from blueprints.problems import CODES, MAX_REQUEST_TARGET, MEDIA_TYPE, problem
 from blueprints.tenant_api.contract import TENANT
+from blueprints.ui import SECURITY_HEADERS
 from payments.statements import generate_statement
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import ledger
@@ -52,6 +52,16 @@ DOCUMENTS = (TENANT, BACKOFFICE)
 README = Path(__file__).resolve().parents[2] / "README.md"
 MAX_BODY = 2048
 JSON = "application/json"
+# Headers a client acts on: each must be listed by the response that carries it.
+MEANINGFUL_HEADERS = {"location", "retry-after", "content-disposition", "www-authenticate", "allow"}
+# Set on every answer of the app, pages included: not part of the API's contract.
+GENERIC_HEADERS = {name.lower() for name in SECURITY_HEADERS}
+
+
+def meaningful(header: str) -> bool:
+    name = header.lower()
+    custom = name.startswith(("x-", "ratelimit")) and name not in GENERIC_HEADERS
+    return name in MEANINGFUL_HEADERS or custom
 
 
 class ReadArgs(ImmutableMultiDict):
@@ -159,9 +169,14 @@ class Contracts:
             return [*problems, f"status {answer.status} is not documented"]
         if "$ref" in spec:
             spec = document["components"]["responses"][spec["$ref"].rsplit("/", 1)[1]]
-        for name, header in spec.get("headers", {}).items():
+        listed = spec.get("headers", {})
+        for name, header in listed.items():
             if header["required"] and name not in answer.headers:
                 problems.append(f"required header {name} is missing")
+        listed_names = {name.lower() for name in listed}
+        for name in answer.headers:
+            if meaningful(name) and name.lower() not in listed_names:
+                problems.append(f"header {name} is not documented for {answer.status}")
         wrong_media = self._content(answer, spec)
         if wrong_media:
             return problems + wrong_media
@@ -440,12 +455,30 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
     viewer.post(base + "/task-runs", status=405)
 
 
+def drive_over_long_urls(app: Flask, world: World) -> None:
+    """Every operation of both documents, its URL one byte over the limit: a 414 each."""
+    web = webtest.TestApp(app)
+    ids = {
+        "run_uuid": world.run_uuid,
+        "request_uuid": world.pending_request,
+        "statement_id": str(world.statement_id),
+    }
+    for document in Contracts(app).documents:
+        for template, item in document["paths"].items():
+            path = template.format(**ids)
+            padding = "?pad=" + "x" * (MAX_REQUEST_TARGET - len(path) - len("?pad=") + 1)
+            for method in item:
+                # No credential: the length is refused before any is read.
+                web.request(path + padding, method=method.upper(), status=414)
+
+
 def test_every_recorded_response_is_documented_field_by_field(make_app):
     app = make_app(MAX_CONTENT_LENGTH=MAX_BODY)
     recorded = record(app)
     world = seed(app)
     drive_the_tenant_api(app, world)
     drive_the_backoffice_api(app, world)
+    drive_over_long_urls(app, world)
     # A 503 needs a queue that is down: another app, with the same recorder.
     down = make_app(QUEUE_DRIVER="redis", REDIS_URL="redis://127.0.0.1:1/0")
     recorded_down = record(down)
@@ -475,9 +508,38 @@ def test_every_recorded_response_is_documented_field_by_field(make_app):
             seen.setdefault(key, set()).add(str(answer.status))
     for document in contracts.documents:
         for operation, statuses in operations(document).items():
-            # The HTTP server's own answers are proven against gunicorn (the conformance run).
-            missing = statuses - seen.get(operation, set()) - set(SERVER_ANSWERS)
+            missing = statuses - seen.get(operation, set())
             assert not missing, f"{operation}: documented {sorted(missing)} never answered here"
+
+
+def test_the_recorder_catches_a_header_its_response_does_not_list(make_app):
+    app = make_app()
+    recorded = record(app)
+    seed(app)  # asks twice: a pending request (202) and a settled one (200)
+    contracts = Contracts(app)
+    [settled] = [a for a in recorded if (a.method, a.status) == ("POST", 200)]
+    [pending] = [a for a in recorded if (a.method, a.status) == ("POST", 202)]
+    assert contracts.violations(settled) == contracts.violations(pending) == []
+    document = contracts.document_for(settled.path)
+    responses = document["paths"][openapi_path(settled.rule)]["post"]["responses"]
+
+    # As if the document forgot them (this app's document only: ``build`` caches per app).
+    del responses["200"]["headers"]["Location"]
+    responses["202"]["headers"]["Retry-After"]["required"] = False
+
+    assert contracts.violations(settled) == ["header Location is not documented for 200"]
+    assert contracts.violations(pending) == []  # listed, even as optional, is documented
+    del responses["202"]["headers"]["Retry-After"]
+    assert contracts.violations(pending) == ["header Retry-After is not documented for 202"]
+    # A custom header the API would add is caught the same; the app-wide security ones are not.
+    settled.headers["X-Request-Budget"] = "3"
+    settled.headers["RateLimit-Remaining"] = "9"
+    settled.headers["X-Content-Type-Options"] = "nosniff"
+    assert contracts.violations(settled) == [
+        "header Location is not documented for 200",
+        "header X-Request-Budget is not documented for 200",
+        "header RateLimit-Remaining is not documented for 200",
+    ]
 
 
 def test_the_recorder_catches_an_undocumented_parameter_status_field_and_error_body(make_app):
@@ -545,6 +607,42 @@ def test_flask_errors_on_the_api_prefixes_are_problem_bodies_with_their_headers(
     assert "ZeroDivision" not in crashed.text
     # HTML elsewhere: the pages keep their error page.
     assert web.get("/backoffice/nothing", status=404).content_type == "text/html"
+
+
+def test_a_url_over_the_limit_is_a_414_problem_before_any_credential_is_read(app):
+    web = webtest.TestApp(app)
+    path = "/api/v1/backoffice/task-runs?q="
+    at_limit = path + "x" * (MAX_REQUEST_TARGET - len(path))
+
+    assert web.get(at_limit, status=401).json["error"] == "unauthorized"
+    over = web.get(at_limit + "x", status=414)
+    unknown = web.get("/api/v1/nothing?pad=" + "x" * MAX_REQUEST_TARGET, status=414)
+
+    assert over.content_type == unknown.content_type == MEDIA_TYPE
+    assert over.json == {
+        "error": "uri_too_long",
+        "title": "Request URI Too Long",
+        "status": 414,
+        "detail": f"the path and query exceed {MAX_REQUEST_TARGET} bytes",
+    }
+    # Pages keep their own answers: the limit is the APIs'.
+    assert web.get("/login?pad=" + "x" * MAX_REQUEST_TARGET).status_int == 200
+
+
+def test_the_error_codes_are_frozen():
+    # Clients branch on these: renaming one breaks them, whatever the document then says.
+    assert CODES == {
+        400: "bad_request",
+        401: "unauthorized",
+        403: "forbidden",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "content_too_large",
+        414: "uri_too_long",
+        429: "too_many_requests",
+        500: "internal_error",
+        503: "unavailable",
+    }
 
 
 def test_a_rate_limited_answer_is_shaped_by_the_one_helper_and_matches_the_document(app):
