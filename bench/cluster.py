@@ -36,11 +36,12 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from bench.netns import exit_on_sigterm
 from bench.operator_client import OperatorClient
 from database import utcnow
 from harness import ROOT, build_app
+from tasks.routing import QUEUES
 
 DRIVERS = {"redis": "PostgreSQL + Redis", "postgres": "PostgreSQL + PostgresHuey"}
 RESULTS = ROOT / "bench" / "results" / "cluster.md"
@@ -59,14 +61,17 @@ INTRUDER = "intruder@cluster.test"
 PERIODIC = ("taskrunner.detect_stuck", "taskrunner.relay_events")
 CRASH_MARKERS = ("died!", "died, restarting", "Error in consumer")
 LATE = "completed under a superseded dispatch token"
+LATE_UNIT = re.compile(r"Unit (\S+) of run (\S+) completed under a superseded dispatch token")
+HANDED_BACK = re.compile(r"Unit (\d+) handed back on shutdown as a new job")
 ACCESS_STATUS = re.compile(r'" (\d{3}) ')
 UNIT_DONE = re.compile(r"run_unit: .* executed in")
+UNIT_JOB = re.compile(r"run_unit: (\S+)")
 
 
 @dataclass
 class ClusterPlan:
     units: int = 5000
-    sleep_ms: int = 30
+    sleep_ms: int = 60  # long enough for every fault to land before the run ends on a busy machine
     deploy_at: float = 0.15  # progress of the run when c3 is stopped for a deploy
     kill_at: float = 0.35  # ... when the periodic host c1 dies
     partition_at: float = 0.6  # ... when c2's link goes down (a cut may be repeated)
@@ -116,15 +121,30 @@ class ClusterReport:
     executions: int = 0
     attempts: int = 0
     units_over_attempts: int = 0  # units whose effect ran more often than they were attempted
+    # Units whose effect ran more often than their completed attempts (the recorded one and
+    # the late ones ignored) plus the attempts known lost (cut off by the SIGKILL, or
+    # interrupted by the deploy and handed back): "key: effects > allowance (why)".
+    units_over_allowance: list[str] = field(default_factory=list)
+    extra_effects: dict[str, int] = field(default_factory=dict)  # by the reason allowing them
+    run_stream_changes: int = 0  # distinct markers web host B's run page stream sent
+    run_stream_finished: str = ""  # the status its finished event carried
+    run_stream_error: str = ""
+    main_run_hosts: dict[str, int] = field(default_factory=dict)  # units run per host
     throttled_across_hosts: bool = False
     session_across_hosts: bool = False
     handed_back: int = 0
+    deploys: int = 0  # SIGTERMs to c3 until one caught it running units
+    handed_back_retried: list[str] = field(default_factory=list)  # must stay empty
     stale_after_deploy: int = -1
     lost_after_kill: int = 0  # units found worker lost after c1's SIGKILL
     lost_jobs_redispatched: int = 0
     partitioned_stale: int = 0  # c2's units found worker lost during the partition
     partition_held: int = 0  # of those, held by c2's open transactions: left by the retry
     partition_seconds: float = 0.0
+    lost_after_seconds: float = 0.0  # three heartbeat intervals
+    partition_retried: int = 0  # units retried during the cut (the stale ones not held)
+    partition_retried_hosts: dict[str, str] = field(default_factory=dict)  # key: who completed
+    partition_retried_elsewhere: bool = False  # every one completed by c1 or c3
     late_completions: int = 0
     c2_same_processes: bool = False
     c2_units_after_heal: int = 0
@@ -159,25 +179,51 @@ class ClusterReport:
             found.append(f"{self.effect_rows} side-effect rows for {self.units} units")
         if self.units_over_attempts:
             found.append(f"{self.units_over_attempts} units ran their effect more than attempted")
-        extra = self.executions - self.units - self.late_completions
-        if not 0 <= extra <= self.lost_after_kill:
-            found.append(
-                f"{self.executions} side effects for {self.units} completions and "
-                f"{self.late_completions} late ones ({self.lost_after_kill} units lost to the kill)"
-            )
+        found += [
+            f"side effect beyond its attempts: {entry}" for entry in self.units_over_allowance
+        ]
         if not (self.throttled_across_hosts and self.session_across_hosts):
             found.append("sign-in throttle or session not shared by the web hosts")
+        if self.run_stream_finished != "completed" or self.run_stream_changes < 2:
+            found.append(
+                f"B's run stream: {self.run_stream_changes} changes, finished "
+                f"{self.run_stream_finished!r} {self.run_stream_error}".rstrip()
+            )
+        if len([n for n in self.main_run_hosts.values() if n]) < 3:
+            found.append(f"the run's units ran on {self.main_run_hosts} (want all three hosts)")
+        if self.handed_back < 1:
+            found.append(f"the deploy handed nothing back ({self.deploys} SIGTERMs)")
+        if self.handed_back_retried:
+            found.append(f"handed-back units needed a retry: {self.handed_back_retried}")
         if self.stale_after_deploy != 0:
             found.append(f"{self.stale_after_deploy} stale units after the deploy (want none)")
         if not self.partitioned_stale:
             found.append("the partition left no unit worker lost")
+        if self.partition_seconds <= self.lost_after_seconds:
+            found.append(
+                f"the cut lasted {self.partition_seconds:.1f} s, not more than three "
+                f"heartbeat intervals ({self.lost_after_seconds:g} s)"
+            )
+        if not (self.partition_retried and self.partition_retried_elsewhere):
+            found.append(
+                f"{self.partition_retried} units retried during the cut, completed by "
+                f"{self.partition_retried_hosts} (want c1 or c3 for each)"
+            )
         if not (self.late_completions or self.partition_held):
             found.append("the partitioned host neither completed late nor held a unit")
         if not (self.c2_same_processes and self.c2_units_after_heal):
             found.append("c2's consumers did not take work again after the heal")
         for name, summary in self.periodic.items():
-            if summary["runs"] != summary["claims"] or summary["repeated"]:
-                found.append(f"{name}: {summary['runs']} runs for {summary['claims']} slots")
+            if summary["repeated"]:
+                found.append(f"{name}: {summary['repeated']} slots ran twice")
+            if summary["outside_faults"]:
+                found.append(
+                    f"{name}: slots missed or claimed without a run away from the faults: "
+                    f"{summary['outside_faults']}"
+                )
+        for fault, slots in self.periodic_lost_per_fault().items():
+            if len(slots) > QUEUES["default"].workers:
+                found.append(f"more slots lost to {fault} than its default workers: {slots}")
             if not summary["skipped_in_overlap"] or not summary["after_kill"]:
                 found.append(f"{name}: no overlap seen or no slot run after the takeover")
         if self.build_status != "completed" or self.build_changes < 4:
@@ -191,6 +237,14 @@ class ClusterReport:
         found += [f"unit not completed: {entry}" for entry in self.failed_units]
         return found
 
+    def periodic_lost_per_fault(self) -> dict[str, list[str]]:
+        """Every periodic slot lost to each fault, all tasks together."""
+        lost: dict[str, list[str]] = {}
+        for name, summary in self.periodic.items():
+            for fault, slots in summary.get("lost_to_faults", {}).items():
+                lost.setdefault(fault, []).extend(f"{name} {slot}" for slot in slots)
+        return lost
+
     def table(self) -> str:
         rows = [
             ("queue driver", DRIVERS[self.driver]),
@@ -199,18 +253,25 @@ class ClusterReport:
             ("tasks.run.completed / .failed", f"{self.run_completed_events} / "
              f"{self.run_failed_events}"),
             ("side effects", f"{self.executions:,} in {self.effect_rows:,} rows; "
-             f"{self.attempts:,} attempts; units with more effects than attempts: "
-             f"{self.units_over_attempts}"),
-            ("deploy of c3 (SIGTERM)", f"{self.handed_back} units handed back, "
+             f"{self.attempts:,} attempts; beyond one per unit: {self.extra_effects}; units "
+             f"beyond their completed and lost attempts: {len(self.units_over_allowance)}"),
+            ("run page stream on B", f"{self.run_stream_changes} changes, finished "
+             f"{self.run_stream_finished!r}"),
+            ("units of the run per host", str(self.main_run_hosts)),
+            ("deploy of c3 (SIGTERM)", f"{self.handed_back} units handed back "
+             f"({self.deploys} SIGTERMs), retried afterwards: {len(self.handed_back_retried)}, "
              f"stale afterwards: {self.stale_after_deploy}"),
             ("c1 killed (SIGKILL)", f"{self.lost_after_kill} units worker lost, retried; "
              f"{self.lost_jobs_redispatched} lost jobs re-dispatched"),
-            ("c2 partitioned", f"{self.partition_seconds:.1f} s, {self.partitioned_stale} units "
-             f"worker lost ({self.partition_held} held by c2, the others retried); "
+            ("c2 partitioned", f"{self.partition_seconds:.1f} s (lost after "
+             f"{self.lost_after_seconds:g} s), {self.partitioned_stale} units worker lost "
+             f"({self.partition_held} held by c2, {self.partition_retried} retried, completed "
+             f"by {sorted(set(self.partition_retried_hosts.values()))}); "
              f"{self.late_completions} late completions ignored"),
             ("c2 after the heal", f"same processes: {self.c2_same_processes}, "
              f"{self.c2_units_after_heal} units taken"),
-            *[(name, f"{s['claims']} slots run once each ({s['hosts']}), "
+            *[(name, f"{s['claims']} consecutive slots of {s['period']} s claimed, "
+              f"{s['runs']} ran ({s['hosts']}); lost to faults: {s['lost_to_faults'] or 'none'}; "
               f"{s['skipped']} duplicate enqueues skipped ({s['skipped_in_overlap']} in the "
               f"overlap), {s['after_kill']} slots after c1 died")
               for name, s in self.periodic.items()],
@@ -242,8 +303,14 @@ class ClusterScenario:
         self.batch = ""
         self.overlap_marks: dict[int, int] = {}
         self.kill_time: datetime | None = None
+        self.cuts: list[tuple[datetime, datetime]] = []  # c2's cuts, link down to link up
         self.killed_at = 0.0
-        self.retried_keys: list[str] = []
+        # Kept apart: each retry allows its own units a different extra effect.
+        self.kill_retried_keys: list[str] = []
+        self.partition_retried_keys: list[str] = []
+        self.redispatched_keys: list[str] = []
+        self.handed_back_ids: list[int] = []
+        self.follower: threading.Thread | None = None
         self.c2_pid = 0
         self.heal_offset = 0
         self.partitioned: Any = None
@@ -256,7 +323,9 @@ class ClusterScenario:
             self.boot()
             self.operator_signs_in()
             run_uuid = self.start_run()
+            self.follow_run_live(run_uuid)
             self.drive(run_uuid)
+            self.follower.join(timeout=60)
             self.after_the_heal_and_the_build()
             self.collect(run_uuid)
         finally:
@@ -339,7 +408,8 @@ class ClusterScenario:
                 self.kill_c1()
                 phase = "lost"
             elif phase == "lost" and units["stale"]:
-                report.lost_after_kill = self.retry_stale("c1's units worker lost")
+                self.kill_retried_keys = self.retry_stale("c1's units worker lost")
+                report.lost_after_kill = len(self.kill_retried_keys)
                 phase = "partition"
             elif phase == "lost" and time.monotonic() - self.killed_at > self._lost_after() + 5:
                 self.timeline.mark("no unit of c1 was running when it died")
@@ -352,33 +422,79 @@ class ClusterScenario:
             time.sleep(0.5)
         raise TimeoutError(f"run {run_uuid} not completed after {plan.timeout:g} s")
 
-    def watch_run(self, run_uuid: str) -> dict:
-        """The operator's view of the run, from web host B: the JSON API, and the run page.
+    def follow_run_live(self, run_uuid: str) -> None:
+        """Web host B's run page, followed live for the whole run (signed in on A): its
+        stream's change events and its finished event, in a thread of the operator's."""
+        report = self.report
 
-        The run page does not follow its run live yet (the builder's page does, through
-        ``live``); when it does, its event stream is the one to assert here.
-        """
+        def follow() -> None:
+            markers = set()
+            try:
+                for event in self.client.run_stream("B", run_uuid, timeout=self.plan.timeout):
+                    if event["event"] == "changed":
+                        markers.add(event["data"]["marker"])
+                        report.run_stream_changes = len(markers)
+                    elif event["event"] == "finished":
+                        report.run_stream_finished = event["data"]["status"]
+            except Exception as exc:  # the finding, reported with the round
+                report.run_stream_error = repr(exc)
+
+        # A new thread starts in this thread's network namespace (the operator's).
+        self.follower = threading.Thread(target=follow, name="run-stream-B", daemon=True)
+        self.follower.start()
+
+    def watch_run(self, run_uuid: str) -> dict:
+        """The operator's view of the run, from web host B: the JSON API, and the run page
+        (whose live stream ``follow_run_live`` follows meanwhile)."""
         page = self.client.get("B", f"/backoffice/task-runs/{run_uuid}")
         if page.status != 200:
             raise AssertionError(f"B: run page answered {page.status}")
         return self.client.run("B", run_uuid)
 
-    def deploy_c3(self) -> None:
-        cluster = self.cluster
-        c3 = cluster.live(cluster.consumers["c3"])
-        self.timeline.mark("deploy: SIGTERM to c3's consumers")
-        code = cluster.terminate(c3)
-        log = c3.log_text()
-        interrupted = log.count("Received exit signal")
-        self.report.handed_back = log.count("handed back on shutdown")
-        self.timeline.mark(
-            f"c3 stopped (exit {code}): {interrupted} jobs interrupted, "
-            f"{self.report.handed_back} units handed back (the others had settled)"
-        )
-        self.overlap_marks = self._log_marks()
-        cluster.start_consumers("c3", periodic=True)
-        self._wait(lambda: self._consumers_started(len(cluster.processes) - 1) >= 4, 180, "c3")
-        self.timeline.mark("c3 back with periodic tasks: c1 and c3 both schedule them")
+    def deploy_c3(self, attempts: int = 6) -> None:
+        """SIGTERM to c3 while it runs units, until one stop hands units back.
+
+        The SIGTERM goes when c3's log shows a unit job started and not finished; a 60 ms
+        unit may still settle before the signal lands (nothing to hand back), and then c3
+        comes back without periodic tasks and is stopped again, at most ``attempts`` times.
+        """
+        cluster, report = self.cluster, self.report
+        for attempt in range(1, attempts + 1):
+            c3 = cluster.live(cluster.consumers["c3"])
+            self._wait(lambda entry=c3: self._units_in_flight(entry), 60, "c3 to run a unit")
+            self.timeline.mark("deploy: SIGTERM to c3's consumers, a unit job in flight")
+            code = cluster.terminate(c3)
+            report.deploys += 1
+            log = c3.log_text()
+            handed = [int(unit_id) for unit_id in HANDED_BACK.findall(log)]
+            self.handed_back_ids += handed
+            report.handed_back += len(handed)
+            self.timeline.mark(
+                f"c3 stopped (exit {code}): {log.count('Received exit signal')} jobs "
+                f"interrupted, {len(handed)} units handed back (the others had settled)"
+            )
+            last = bool(handed) or attempt == attempts
+            if last:
+                self.overlap_marks = self._log_marks()
+            cluster.start_consumers("c3", periodic=last)
+            if last:
+                break  # the overlap phase waits for c3's scheduler; the run goes on meanwhile
+            self._wait(lambda: self._consumers_started(len(cluster.processes) - 1) >= 4, 180, "c3")
+            self.timeline.mark("nothing handed back: c3 back without periodic tasks, again")
+        self.timeline.mark("c3 restarts with periodic tasks: c1 and c3 both schedule them")
+
+    def _units_in_flight(self, entry: Any) -> bool:
+        """Whether the last unit jobs ``entry`` logged include one started, not finished."""
+        started: set[str] = set()
+        for line in entry.log_text().splitlines()[-200:]:
+            match = UNIT_JOB.search(line)
+            if match is None:
+                continue
+            if "Executing " in line:
+                started.add(match.group(1))
+            else:  # "executed in", "did not finish", an exception: it is over
+                started.discard(match.group(1))
+        return bool(started)
 
     def _overlap_seen(self) -> bool:
         """c3's scheduler enqueues the sweeps too, and some slots were enqueued twice."""
@@ -403,29 +519,30 @@ class ClusterScenario:
         cluster.start_consumers("c1", periodic=False)
         self.timeline.mark("a replacement c1 starts, without periodic tasks")
 
-    def retry_stale(self, what: str) -> int:
+    def retry_stale(self, what: str) -> list[str]:
+        """Retry the stale units B shows, from its page through A; their keys."""
         stale = self.client.stale_units("B")
         reasons = Counter(unit["stale_reason"] for unit in stale)
         self.timeline.mark(f"stale detected on B: {what} ({dict(reasons)})")
         message = self.client.retry_stale(page_host="B", action_host="A")
         self.timeline.mark(f"retried from B's page, posted to A: “{message}”")
-        self.retried_keys = [unit["unit_key"] for unit in stale]
-        return len(stale)
+        return [unit["unit_key"] for unit in stale]
 
     def partition_c2(self, attempts: int = 12) -> None:
         """Cut c2 off until its units are found lost, retried and finished elsewhere.
 
         A cut that catches c2 between units (in the queue read or the gate, where a unit
         is still pending) leaves nothing worker lost. A unit of c2's is one still running
-        a moment after the cut, when the other hosts' 30 ms units have moved on; when there
-        is none, the link comes back at once and c2 is cut again once it has completed a
-        unit since (its connections caught up), at most ``attempts`` times. A unit whose
-        row c2's open transaction holds (cut between its statement and its commit) is left
-        by the retry; it finishes when c2 is back.
+        a moment after the cut, when the other hosts' 60 ms units have moved on. A unit
+        whose row c2's open transaction holds (cut between its statement and its commit)
+        is left by the retry; it finishes when c2 is back. When a cut found no unit, or
+        only held ones, the link comes back and c2 is cut again once it has completed a
+        unit since (its connections caught up), at most ``attempts`` times.
         """
         cluster, report = self.cluster, self.report
         c2 = cluster.consumers["c2"]
         self.c2_pid = cluster.live(c2).process.pid
+        report.lost_after_seconds = self._lost_after()
         healed_at = None
         for attempt in range(1, attempts + 1):
             if healed_at is not None:
@@ -433,30 +550,38 @@ class ClusterScenario:
             # A unit another host is slow to heartbeat for (a starved worker) is not c2's.
             seen_before = self._lost_units()
             cut = self.timeline.mark("partition: c2's link down")
+            cut_at = utcnow()
             cluster.net.partition(c2)
             self.partitioned = c2
             found = bool(self._still_running(1.5)) and self._within(
                 lambda seen=seen_before: self._lost_units() - seen, self._lost_after() + 4
             )
-            if found or attempt == attempts:
+            if found:
+                keys = self.retry_stale("c2's units worker lost")
+                held = self._lost_units() & set(keys)
+                report.partitioned_stale += len(keys)
+                report.partition_held += len(held)
+                self.partition_retried_keys += [key for key in keys if key not in held]
+                if held:
+                    self.timeline.mark(f"{len(held)} units held by c2's open transactions: left")
+            if self.partition_retried_keys or attempt == attempts:
                 break
             healed_at = self._log_size("c2")
             cluster.net.heal(c2)
+            self.cuts.append((cut_at, utcnow()))
             self.partitioned = None
-            self.timeline.mark("no unit of c2 was running at the cut: link up, cut again")
-        if found:
-            report.partitioned_stale = self.retry_stale("c2's units worker lost")
-            held = self._lost_units() & set(self.retried_keys)
-            retried = [key for key in self.retried_keys if key not in held]
-            report.partition_held = len(held)
-            if held:
-                self.timeline.mark(f"{len(held)} units held by c2's open transactions: left")
-            if self._within(lambda: self._all_completed(retried), 60):
-                self.timeline.mark(f"the {len(retried)} retried units finished on c1 and c3")
-            else:
-                self.timeline.mark("retried units wait for rows c2's transactions hold")
+            self.timeline.mark("no unit of c2's retried at this cut: link up, cut again")
+        retried = self.partition_retried_keys
+        report.partition_retried = len(retried)
+        # The retried jobs queue behind the rest of the run; c2 stays cut off while they
+        # wait (within its dead-peer time), and who completed them is read from the logs.
+        if retried and self._within(lambda: self._all_completed(retried), 60):
+            self.timeline.mark(f"the {len(retried)} retried units finished on c1 and c3")
+        else:
+            self.timeline.mark("the retried units still queue: c2 comes back meanwhile")
         self.heal_offset = cluster.live(c2).log.stat().st_size
         cluster.net.heal(c2)
+        self.cuts.append((cut_at, utcnow()))
         self.partitioned = None
         report.partition_seconds = self.timeline.mark("healed: c2's link up") - cut
 
@@ -477,6 +602,7 @@ class ClusterScenario:
         if time.monotonic() - idle_since < 3:
             return idle_since
         self.report.lost_jobs_redispatched += units["pending"]
+        self.redispatched_keys += self._unit_keys("pending")
         message = self.client.retry_run("B", "A", run_uuid)
         self.timeline.mark(f"queue empty, {units['pending']} units pending: retried: “{message}”")
         return None
@@ -497,6 +623,11 @@ class ClusterScenario:
             "c2's connections caught up (nothing unacknowledged between c2 and db); "
             f"its late completions: {report.late_completions}, ignored"
         )
+        # Only the main run's units have run so far: who ran them.
+        report.main_run_hosts = {
+            name: len(UNIT_DONE.findall(cluster.consumer_logs(host, self.first_process)))
+            for name, host in cluster.consumers.items()
+        }
         offsets = {name: self._log_size(name) for name in cluster.consumers}
         build = self.plan.build
         with self.app.app_context():
@@ -549,6 +680,7 @@ class ClusterScenario:
         from tasks import slots
 
         report = self.report
+        collected = utcnow()
         with self.app.app_context():
             run = ledger.get_run(run_uuid)
             report.status = run.status
@@ -557,7 +689,9 @@ class ClusterScenario:
             report.run_failed_events = ledger.count_events("tasks.run.failed", run)
             rows = db.session.execute(
                 db.select(
+                    TaskRunUnit.id,
                     TaskRunUnit.unit_key,
+                    TaskRunUnit.dispatch_token,
                     TaskRunUnit.attempts,
                     TaskRunUnit.status,
                     TaskRunUnit.last_error,
@@ -581,6 +715,8 @@ class ClusterScenario:
             1 for row in rows if effects.get(row.unit_key, 0) > row.attempts
         )
         logs = self._consumer_logs(self.first_process)
+        self._check_effects_per_unit(rows, effects, logs, run_uuid)
+        self._who_completed_the_partition_retries(rows)
         for row in rows:
             if row.status != "completed":
                 # Everything the hosts logged about it, so a failed round explains itself.
@@ -592,17 +728,123 @@ class ClusterScenario:
                     f"{row.last_error!r}; logged:\n{logged}"
                 )
         for name, claimed in claims.items():
-            ran = re.findall(rf"Periodic {name}, slot (\S+): runs here", logs)
             report.periodic.setdefault(name, {"skipped_in_overlap": 0})
-            report.periodic[name] |= {
-                "claims": len(claimed),
-                "runs": len(ran),
-                "repeated": len(ran) - len(set(ran)),
-                "skipped": logs.count(f"Periodic {name}, slot") - len(ran),
-                "after_kill": sum(1 for row in claimed if row.slot > (self.kill_time or row.slot)),
-                "hosts": ", ".join(sorted({row.claimed_by.split(":")[0] for row in claimed})),
-            }
+            report.periodic[name] |= self._periodic_summary(name, claimed, logs, collected)
         self.timeline.mark("evidence collected")
+
+    def _who_completed_the_partition_retries(self, rows: list[Any]) -> None:
+        """The host that ran each partition-retried unit's last job (its id carries the
+        unit's final dispatch token, so c2's superseded attempt is not it)."""
+        from taskrunner.dispatch import task_id
+
+        report = self.report
+        finished = {
+            name: set(re.findall(r"run_unit: (\S+) .*executed in", self._host_logs(host)))
+            for name, host in self.cluster.consumers.items()
+        }
+        by_key = {row.unit_key: row for row in rows}
+        for key in self.partition_retried_keys:
+            job = task_id(by_key[key].id, by_key[key].dispatch_token or "")
+            hosts = [name for name, jobs in finished.items() if job in jobs]
+            report.partition_retried_hosts[key] = ", ".join(hosts) or "nobody"
+        report.partition_retried_elsewhere = bool(report.partition_retried_hosts) and all(
+            hosts in ("c1", "c3") for hosts in report.partition_retried_hosts.values()
+        )
+
+    def _host_logs(self, host: Any) -> str:
+        return self.cluster.consumer_logs(host, self.first_process)
+
+    def _check_effects_per_unit(
+        self, rows: list[Any], effects: dict[str, int], logs: str, run_uuid: str
+    ) -> None:
+        """Each unit's effects against its own attempts: one per completed attempt (the
+        recorded completion, and each late one the ledger ignored) plus one per attempt
+        known lost after it may have written its effect (cut off by the SIGKILL, or
+        interrupted by the deploy and handed back). The partition's retried units get no
+        allowance of their own: c2's attempt either completed late (counted) or not at all."""
+        report = self.report
+        late = Counter(key for key, run in LATE_UNIT.findall(logs) if run == run_uuid)
+        handed = Counter(HANDED_BACK.findall(logs))
+        killed = set(self.kill_retried_keys)
+        handed_keys = {row.unit_key for row in rows if handed[str(row.id)]}
+        retried = killed | set(self.partition_retried_keys) | set(self.redispatched_keys)
+        report.handed_back_retried = sorted(handed_keys & retried)
+        extra: Counter[str] = Counter()
+        for row in rows:
+            allowed = {
+                "completed": int(row.status == "completed"),
+                "late completion": late[row.unit_key],
+                "lost to the SIGKILL": int(row.unit_key in killed),
+                "handed back": handed[str(row.id)],
+            }
+            ran = effects.get(row.unit_key, 0)
+            if ran > sum(allowed.values()):
+                reasons = ", ".join(f"{n} {why}" for why, n in allowed.items() if n)
+                report.units_over_allowance.append(f"{row.unit_key}: {ran} effects ({reasons})")
+            # Which allowances the effects beyond the first one used, in this order.
+            beyond = ran - allowed["completed"]
+            for why in ("late completion", "lost to the SIGKILL", "handed back"):
+                used = min(beyond, allowed[why])
+                extra[why] += used
+                beyond -= used
+        report.extra_effects = {why: n for why, n in extra.items() if n}
+
+    def _periodic_summary(
+        self, name: str, claimed: list[Any], logs: str, collected: datetime
+    ) -> dict[str, Any]:
+        """The slots of ``name``: claimed consecutively at its period from the first to the
+        last, each once, and each claim followed by a run (logged after the job's body).
+
+        The design lets a slot go only where a ``default`` consumer lost a job it held:
+        one its worker had taken from the queue and not run (Huey is at most once), or
+        whose slot it had claimed and not finished (a claimed slot is not run again). That
+        is the SIGKILL of c1 (slots due within the two periods before it) and c2's cuts
+        (slots due from two periods before the cut to one after the link came back); at
+        most one slot per worker of the lost consumer. The next slot's sweep catches up.
+        """
+        from tasks.routing import routes
+
+        period = timedelta(seconds=routes.periodic[name].schedule.period(self.app.config))
+        ran = [datetime.fromisoformat(slot) for slot in re.findall(
+            rf"Periodic {re.escape(name)}, slot (\S+): ran", logs
+        )]  # fmt: skip
+        taken, done = {row.slot for row in claimed}, set(ran)
+        expected = set()
+        if claimed:
+            slot = claimed[0].slot
+            while slot <= claimed[-1].slot:
+                expected.add(slot)
+                slot += period
+        # A claim of the last seconds may still be running its body.
+        unrun = {
+            row.slot
+            for row in claimed
+            if row.slot not in done and row.claimed_at < collected - timedelta(seconds=10)
+        }
+        faults = [(f"c2's cut {i}", cut - 2 * period, heal + period)
+                  for i, (cut, heal) in enumerate(self.cuts, 1)]  # fmt: skip
+        if self.kill_time is not None:
+            faults.insert(0, ("c1's SIGKILL", self.kill_time - 2 * period, self.kill_time))
+        lost: dict[str, list[str]] = {}
+        outside = []
+        for slot in sorted((expected - taken) | unrun):
+            fault = next((f for f, start, end in faults if start <= slot <= end), None)
+            if fault is None:
+                outside.append(slot.isoformat())
+            else:
+                lost.setdefault(fault, []).append(slot.isoformat())
+        kill = self.kill_time
+        return {
+            "period": int(period.total_seconds()),
+            "claims": len(claimed),
+            "runs": len(ran),
+            "repeated": len(ran) - len(set(ran)),
+            "lost_to_faults": lost,
+            "outside_faults": outside,
+            "skipped": len(re.findall(rf"Periodic {re.escape(name)}, slot \S+: skipped", logs)),
+            "after_kill": sum(1 for row in claimed if row.slot > (kill or row.slot)),
+            "hosts": ", ".join(sorted({row.claimed_by.split(":")[0] for row in claimed})),
+        }
 
     def stop(self) -> None:
         cluster, report = self.cluster, self.report
@@ -736,6 +978,21 @@ class ClusterScenario:
         first = running()
         time.sleep(pause)
         return first & running()
+
+    def _unit_keys(self, status: str) -> list[str]:
+        from extensions import db
+        from taskrunner.models import TaskRun, TaskRunUnit
+
+        with self.app.app_context():
+            keys = list(
+                db.session.execute(
+                    db.select(TaskRunUnit.unit_key)
+                    .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
+                    .where(TaskRun.uuid == self.report.run_uuid, TaskRunUnit.status == status)
+                ).scalars()
+            )
+            db.session.remove()
+        return keys
 
     def _all_completed(self, keys: list[str]) -> bool:
         from extensions import db

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from bench.netns import Host, Network
+from blueprints.problems import SERVER_REQUEST_LINE_LIMIT
 from harness import ROOT, stop_processes
 
 WEB_PORT = 8000
@@ -239,7 +240,8 @@ class Cluster:
         command = [
             sys.executable, "-m", "gunicorn", "--bind", f"{host.address}:{WEB_PORT}",
             "--workers", "2", "--threads", "4", "--timeout", "60", "--graceful-timeout", "5",
-            "--access-logfile", "-", "wsgi:app",
+            "--access-logfile", "-", "--limit-request-line", str(SERVER_REQUEST_LINE_LIMIT),
+            "wsgi:app",
         ]  # fmt: skip
         return self._start(host, "web", command)
 

@@ -14,6 +14,7 @@ import html
 import http.client
 import json
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -50,6 +51,7 @@ class OperatorClient:
         self.timeout = timeout
         self.cookies: dict[str, str] = {}
         self.statuses: Counter[tuple[str, int]] = Counter()
+        self._lock = threading.Lock()
 
     # -- plain requests ------------------------------------------------------------------
 
@@ -74,8 +76,12 @@ class OperatorClient:
             self._keep_cookies(response.msg.get_all("Set-Cookie") or [])
         finally:
             conn.close()
-        self.statuses[(host, answer.status)] += 1
+        self._count(host, answer.status)
         return answer
+
+    def _count(self, host: str, status: int) -> None:
+        with self._lock:  # a page's stream is followed in a thread of its own
+            self.statuses[(host, status)] += 1
 
     def get(self, host: str, path: str) -> Answer:
         return self.request(host, "GET", path)
@@ -165,29 +171,41 @@ class OperatorClient:
         return " ".join(self.get(page_host, done.location).flashes())
 
     def builder_stream(self, host: str, run_uuid: str, timeout: float) -> Iterator[dict]:
-        """The server-sent events of a course build's page on ``host``, as
-        ``{"event", "data", "at"}``, reconnecting like a browser until ``finished``."""
+        """The server-sent events of a course build's page on ``host``."""
+        return self.stream(host, f"/builder/runs/{run_uuid}/stream", timeout)
+
+    def run_stream(self, host: str, run_uuid: str, timeout: float) -> Iterator[dict]:
+        """The server-sent events of a task run's page on ``host``."""
+        return self.stream(host, f"/backoffice/task-runs/{run_uuid}/stream", timeout)
+
+    def stream(
+        self, host: str, path: str, timeout: float, quiet_seconds: float = 30.0
+    ) -> Iterator[dict]:
+        """A page's event stream as ``{"event", "data", "at"}``, reconnecting like a browser
+        (the server ends each stream after a while; a stream quiet for ``quiet_seconds`` is
+        dropped and opened again) until ``finished``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            conn = http.client.HTTPConnection(self.hosts[host], timeout=timeout)
-            conn.request(
-                "GET",
-                f"/builder/runs/{run_uuid}/stream",
-                headers={"Cookie": self._cookie_header(), "Accept": "text/event-stream"},
-            )
-            response = conn.getresponse()
-            self.statuses[(host, response.status)] += 1
-            if response.status != 200:
-                conn.close()
-                raise AssertionError(f"{host}: builder stream answered {response.status}")
+            conn = http.client.HTTPConnection(self.hosts[host], timeout=quiet_seconds)
             try:
+                conn.request(
+                    "GET",
+                    path,
+                    headers={"Cookie": self._cookie_header(), "Accept": "text/event-stream"},
+                )
+                response = conn.getresponse()
+                self._count(host, response.status)
+                if response.status != 200:
+                    raise AssertionError(f"{host}: {path} answered {response.status}")
                 for event in _events(response):
                     yield event
                     if event["event"] == "finished":
                         return
+            except TimeoutError:
+                continue
             finally:
                 conn.close()
-        raise AssertionError(f"{host}: the build did not finish within {timeout:g} s")
+        raise AssertionError(f"{host}: {path} sent no finished event within {timeout:g} s")
 
 
 def _events(response: http.client.HTTPResponse) -> Iterator[dict]:

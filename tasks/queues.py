@@ -13,6 +13,7 @@ schedule slot it was enqueued for and claims it before it works (``tasks.slots``
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -29,6 +30,8 @@ from tasks import presence, slots
 from tasks.interrupts import watch_stop_signal
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
 from tasks.schedules import tick_seconds
+
+logger = logging.getLogger(__name__)
 
 
 class QueueConfigError(Exception):
@@ -176,7 +179,10 @@ class Queues:
             with app.app_context():
                 if slot is not None and not slots.claim(pspec.name, datetime.fromisoformat(slot)):
                     return None
-                return pspec.fn()
+                result = pspec.fn()
+                if slot is not None:  # after the body: a claim alone does not prove a run
+                    logger.info("Periodic %s, slot %s: ran", pspec.name, slot)
+                return result
 
         return run
 

@@ -123,21 +123,72 @@ def workers_command(mode: str, only: tuple[str, ...], no_periodic: bool, dry_run
         for item in plans:
             click.echo(" ".join(item.command[1:]))
         return
-    processes = []
+    processes = {}
     for item in plans:
         click.echo(f"starting {item.name}: {' '.join(item.command[1:])}", err=True)
-        processes.append(subprocess.Popen(item.command, env=os.environ.copy()))
+        processes[item.name] = subprocess.Popen(item.command, env=os.environ.copy())
+    supervisor = Supervisor(processes)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: supervisor.stop(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: supervisor.stop(signum))
+    problems = supervisor.wait()
+    if problems:
+        # Non-zero, so a supervisor (systemd's Restart=) sees the failure and restarts us.
+        raise click.ClickException("; ".join(problems))
 
-    def stop(signum, _frame):
-        for process in processes:
+
+class Supervisor:
+    """The consumers of one ``flask workers``: stopped together, and judged on exit.
+
+    A stop (SIGTERM, SIGINT) is passed on to every consumer; a consumer that ends
+    without one (it crashed, or exited on its own) stops the others too, so the
+    command ends and says so rather than serving some queues silently.
+    """
+
+    def __init__(self, processes: dict[str, subprocess.Popen]) -> None:
+        self.processes = processes
+        self.stop_signal: int | None = None
+
+    def stop(self, signum: int) -> None:
+        self.stop_signal = signum
+        self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    try:
-        while any(process.poll() is None for process in processes):
-            time.sleep(0.5)
-    finally:
-        for process in processes:
-            process.wait()
+    def wait(self, poll_seconds: float = 0.5) -> list[str]:
+        """Wait for every consumer; what went wrong (empty after a clean stop)."""
+        problems: list[str] = []
+        try:
+            while any(process.poll() is None for process in self.processes.values()):
+                if self.stop_signal is None and not problems:
+                    ended = self._ended_unasked()
+                    if ended:
+                        problems += ended
+                        self._forward(signal.SIGTERM)
+                time.sleep(poll_seconds)
+        finally:
+            for process in self.processes.values():
+                process.wait()
+        if not problems and self.stop_signal is None:
+            problems = self._ended_unasked()
+        return problems + self._failed_stops()
+
+    def _ended_unasked(self) -> list[str]:
+        return [
+            f"consumer {name} exited on its own (exit {process.returncode})"
+            for name, process in self.processes.items()
+            if process.poll() is not None
+        ]
+
+    def _failed_stops(self) -> list[str]:
+        if self.stop_signal is None:
+            return []
+        # A consumer that stopped on the signal passed on to it stopped cleanly too.
+        clean = (0, -self.stop_signal)
+        return [
+            f"consumer {name} exited {process.returncode} on stop"
+            for name, process in self.processes.items()
+            if process.returncode not in clean
+        ]
