@@ -26,10 +26,11 @@ from redis import ConnectionPool
 
 from database import postgres_connect_args
 from security.files import private_file
-from tasks import presence, slots
+from tasks import presence
 from tasks.interrupts import watch_stop_signal
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
-from tasks.schedules import tick_seconds
+from tasks.schedules import DueSlots, tick_seconds
+from tasks.slots import claim as claim_slot
 
 logger = logging.getLogger(__name__)
 
@@ -85,16 +86,17 @@ def _libpq_dsn(url: str) -> str:
 
 
 class SlottedPeriodicTask(PeriodicTask):
-    """A periodic task that is enqueued with the slot it is due for (its ``slot`` argument)."""
+    """A periodic task enqueued with the slots it is owed (its ``slots`` argument)."""
 
-    due_slot: Callable[[datetime], datetime | None]  # set per task by ``Queues``
+    due_slots: Callable[[datetime], list[datetime]]  # set per task by ``Queues``
 
     def validate_datetime(self, timestamp: datetime) -> bool:
-        # Huey asks each fresh periodic task instance whether it is due, then enqueues it.
-        slot = self.due_slot(timestamp)
-        if slot is None:
+        # Huey asks each fresh periodic task instance whether it is due, then enqueues it:
+        # one job a check, carrying every slot that began since the scheduler's last one.
+        owed = self.due_slots(timestamp)
+        if not owed:
             return False
-        self.kwargs = {"slot": slot.isoformat()}
+        self.kwargs = {"slots": [slot.isoformat() for slot in owed]}
         return True
 
 
@@ -141,15 +143,14 @@ class Queues:
                     context=True,
                 )(self._in_app_context(spec.fn, spec.wants_task))
         if queue == PERIODIC_QUEUE:
-            tick = self.periodic_tick()
+            # Only the scheduler's process reads it: its checks are remembered there.
+            owed = DueSlots(self.periodic_tick(), self.app.config)
             for pspec in routes.periodic.values():
                 huey.task(
                     name=pspec.name,
                     timeout=pspec.timeout,
                     task_base=SlottedPeriodicTask,
-                    due_slot=functools.partial(
-                        pspec.schedule.slot, tick=tick, config=self.app.config
-                    ),
+                    due_slots=functools.partial(owed.due, pspec.name, pspec.schedule),
                 )(self._once_per_slot(pspec))
         for signals, handler in routes.signals:
             huey.signal(*signals)(self._signal_in_app_context(handler, queue))
@@ -175,14 +176,17 @@ class Queues:
         app = self.app
 
         @functools.wraps(pspec.fn)
-        def run(slot: str | None = None) -> Any:
+        def run(slot: str | None = None, slots: list[str] | None = None) -> None:
+            # ``slot``: a job enqueued by an older version, one slot a job.
+            owed = slots if slots is not None else [slot] if slot is not None else []
             with app.app_context():
-                if slot is not None and not slots.claim(pspec.name, datetime.fromisoformat(slot)):
-                    return None
-                result = pspec.fn()
-                if slot is not None:  # after the body: a claim alone does not prove a run
-                    logger.info("Periodic %s, slot %s: ran", pspec.name, slot)
-                return result
+                if not owed:  # called by hand, outside any schedule
+                    pspec.fn()
+                for one in owed:
+                    if claim_slot(pspec.name, datetime.fromisoformat(one)):
+                        pspec.fn()
+                        # After the body: a claim alone does not prove a run.
+                        logger.info("Periodic %s, slot %s: ran", pspec.name, one)
 
         return run
 

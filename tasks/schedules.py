@@ -6,6 +6,12 @@ scheduler: 60 s by default). A check that finds a task due enqueues it with its
 period of an ``Every`` schedule. The task claims its slot in the database before it
 works (``tasks.slots``), so a slot runs once however many consumers enqueued it.
 
+A scheduler remembers the moment it last checked (``DueSlots``) and owes each task
+every slot that began since: a tick's clock reading jitters by milliseconds, so reading
+the slot off each tick alone would skip a slot when two ticks straddle its start (one
+at 05.999 s, the next at 08.009 s) and name one twice when they fall either side of it.
+Only its first check uses the first-tick rule (``slot``).
+
 ``Every`` takes its period from a setting, so a test can run the sweeps every few
 seconds; the scheduler's tick then shrinks to the shortest period.
 """
@@ -14,10 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 HUEY_TICK_SECONDS = 60
+# Slots owed after a stall (a suspended host, a stopped scheduler): the newest few only,
+# each sweep catches up on what came before it.
+CATCH_UP_SLOTS = 2
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,18 @@ class Cron:
         if not self.crontab(moment) or moment.second + moment.microsecond / 1e6 >= tick:
             return None
         return moment.replace(second=0, microsecond=0)
+
+    def starts_between(
+        self, after: datetime, moment: datetime, config: Mapping[str, Any]
+    ) -> list[datetime]:
+        """The matching minutes that began in (``after``, ``moment``], the newest few."""
+        minute = moment.replace(second=0, microsecond=0)
+        found: list[datetime] = []
+        while minute > after and len(found) < CATCH_UP_SLOTS:
+            if self.crontab(minute):
+                found.insert(0, minute)
+            minute -= timedelta(minutes=1)
+        return found
 
 
 @dataclass(frozen=True)
@@ -51,8 +72,44 @@ class Every:
             return None
         return datetime.fromtimestamp(epoch - epoch % seconds, UTC).replace(tzinfo=None)
 
+    def starts_between(
+        self, after: datetime, moment: datetime, config: Mapping[str, Any]
+    ) -> list[datetime]:
+        """The period starts in (``after``, ``moment``], the newest few."""
+        seconds = self.period(config)
+        epoch = moment.replace(tzinfo=UTC).timestamp()
+        start = datetime.fromtimestamp(epoch - epoch % seconds, UTC).replace(tzinfo=None)
+        found: list[datetime] = []
+        while start > after and len(found) < CATCH_UP_SLOTS:
+            found.insert(0, start)
+            start -= timedelta(seconds=seconds)
+        return found
+
 
 Schedule = Cron | Every
+
+
+class DueSlots:
+    """What one scheduler owes each periodic task at each of its checks.
+
+    Every slot that began since its previous check, once; the first check of a task
+    follows the first-tick rule, so a consumer started mid-period waits for the next.
+    The claim in the database (``tasks.slots``) still decides who runs a slot: other
+    schedulers owe it too.
+    """
+
+    def __init__(self, tick: float, config: Mapping[str, Any]) -> None:
+        self.tick = tick
+        self.config = config
+        self._checked: dict[str, datetime] = {}
+
+    def due(self, name: str, schedule: Schedule, moment: datetime) -> list[datetime]:
+        last = self._checked.get(name)
+        self._checked[name] = moment
+        if last is None or moment <= last:  # the first check, or a clock set back
+            first = schedule.slot(moment, self.tick, self.config)
+            return [first] if first is not None else []
+        return schedule.starts_between(last, moment, self.config)
 
 
 def tick_seconds(schedules: Iterable[Schedule], config: Mapping[str, Any]) -> int:

@@ -10,7 +10,7 @@ import payments.statements  # noqa: F401 - declares the monthly statements
 import tasks.periodic  # noqa: F401 - declares the runner's schedules
 from config import Config
 from tasks.routing import routes
-from tasks.schedules import HUEY_TICK_SECONDS, Every, tick_seconds
+from tasks.schedules import CATCH_UP_SLOTS, HUEY_TICK_SECONDS, DueSlots, Every, tick_seconds
 
 DEFAULTS = Config().as_dict()
 
@@ -78,6 +78,62 @@ def test_a_cron_schedule_checked_often_is_due_once_per_matching_minute():
     start = datetime(2026, 1, 1, 10, 5)
     due = [schedule.slot(start + timedelta(seconds=s), 2, DEFAULTS) for s in range(0, 120, 2)]
     assert due == [start] + [None] * 59
+
+
+def owed_at(schedule, ticks: list[datetime], tick: float, config) -> list[datetime]:
+    """Every slot one scheduler checking at ``ticks`` enqueues, in order."""
+    owed = DueSlots(tick, config)
+    return [slot for moment in ticks for slot in owed.due("probe", schedule, moment)]
+
+
+def test_a_scheduler_whose_checks_jitter_across_slot_starts_owes_each_slot_once():
+    every = Every("TASK_RUNNER_SWEEP_SECONDS")
+    config = {"TASK_RUNNER_SWEEP_SECONDS": 2}
+    start = datetime(2026, 1, 1, 10, 0, 4)
+    # A tick every 2 s whose clock reading lands a few ms either side of a slot start:
+    # 05.999 then 08.009 straddle 06, 12.004 then 13.999 fall either side of 14.
+    offsets = [0.001, 1.999, 4.009, 5.999, 8.004, 9.999, 11.999, 14.006]
+    ticks = [start + timedelta(seconds=s) for s in offsets]
+    assert owed_at(every, ticks, 2, config) == [start + timedelta(seconds=2 * k) for k in range(8)]
+
+
+def test_a_cron_slot_between_two_late_minute_checks_is_still_owed():
+    schedule = routes.periodic["coursebuilder.recover"].schedule
+    start = datetime(2026, 1, 1, 10, 0)
+    # Checked once a minute at 59.999 s, then 61.01 s later: 10:05 has no check of its own.
+    ticks = [start + timedelta(minutes=m, seconds=59.999) for m in range(5)]
+    ticks.append(start + timedelta(minutes=6, seconds=0.009))
+    assert owed_at(schedule, ticks, 60, DEFAULTS) == [start, start + timedelta(minutes=5)]
+
+
+def test_after_a_stall_a_scheduler_owes_only_the_newest_slots():
+    every = Every("TASK_RUNNER_SWEEP_SECONDS")
+    config = {"TASK_RUNNER_SWEEP_SECONDS": 4}
+    start = datetime(2026, 1, 1, 10, 0, 0)
+    owed = DueSlots(4, config)
+    assert owed.due("probe", every, start) == [start]
+    later = start + timedelta(hours=1, seconds=1)
+    assert owed.due("probe", every, later) == [
+        later - timedelta(seconds=1 + 4 * k) for k in reversed(range(CATCH_UP_SLOTS))
+    ]
+    # Its first check of a task follows the first-tick rule: checking every second, 3 s
+    # into a period owes nothing yet.
+    assert DueSlots(1, config).due("probe", every, start + timedelta(seconds=3)) == []
+
+
+def test_a_job_owed_two_slots_runs_each_once_and_skips_a_taken_one(ctx, caplog):
+    from tasks import slots
+
+    name = "taskrunner.relay_events"
+    first, second = datetime(2026, 1, 1, 10, 0), datetime(2026, 1, 1, 10, 1)
+    assert slots.claim(name, first)  # another scheduler's copy ran the first one
+    huey = ctx.extensions["queues"].huey("default")
+    [periodic] = [cls for cls in huey._registry._periodic_tasks if cls().name == name]
+    with caplog.at_level("INFO", logger="tasks.queues"):
+        huey.execute(periodic(kwargs={"slots": [first.isoformat(), second.isoformat()]}))
+    assert [row.slot for row in slots.claims(name)] == [first, second]
+    ran = [r.getMessage() for r in caplog.records if r.getMessage().endswith(": ran")]
+    assert ran == [f"Periodic {name}, slot {second.isoformat()}: ran"]
 
 
 def test_a_built_app_schedules_the_runners_and_every_packages_periodic_tasks(ctx):
