@@ -221,11 +221,11 @@ class ClusterReport:
                     f"{name}: slots missed or claimed without a run away from the faults: "
                     f"{summary['outside_faults']}"
                 )
+            if not summary["skipped_in_overlap"] or not summary["after_kill"]:
+                found.append(f"{name}: no overlap seen or no slot run after the takeover")
         for fault, slots in self.periodic_lost_per_fault().items():
             if len(slots) > QUEUES["default"].workers:
                 found.append(f"more slots lost to {fault} than its default workers: {slots}")
-            if not summary["skipped_in_overlap"] or not summary["after_kill"]:
-                found.append(f"{name}: no overlap seen or no slot run after the takeover")
         if self.build_status != "completed" or self.build_changes < 4:
             found.append(f"build {self.build_status!r}, {self.build_changes} live changes seen")
         if len([n for n in self.build_hosts.values() if n]) < 3:
