@@ -23,6 +23,7 @@ from werkzeug.exceptions import HTTPException
 from blueprints.problems import problem, wants_problem
 from database import utcnow
 from extensions import db
+from security.refs import error_ref
 from taskrunner.contract import plural  # the pages' and the CLIs' one helper
 
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -213,8 +214,6 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
-        from security.refs import error_ref
-
         db.session.rollback()
         # The scrubbing log layer ends this line with "[ref <code>]", the same code as
         # the answer's: whoever is shown the 500 can name its one log entry.
