@@ -77,7 +77,7 @@ def register_modules(app: Flask) -> None:
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics
-    from dlp import masker
+    from dlp import setup as dlp
     from documents import setup as documents
     from payments import setup as payments
     from taskrunner import appstate
@@ -85,7 +85,7 @@ def register_modules(app: Flask) -> None:
 
     appstate.init_app(app)
     with app.app_context():
-        for module in (tenancy, masker, diagnostics, payments, accounts, coursebuilder, documents):
+        for module in (tenancy, dlp, diagnostics, payments, accounts, coursebuilder, documents):
             module.init_app(app)
     appstate.adopt_declared_jobs(app)
 

@@ -56,6 +56,7 @@ from taskrunner.contract import (
     raise_if_stopping,
     redact,
     register_domain_error,
+    store_reason,
 )
 from tenancy.models import Tenant
 
@@ -354,7 +355,9 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
     else:
         _complete_step(run_id, run_uuid, step_id, stage, key, text)
         return
-    _fail_run(run_id, step_id, f"step {stage}/{key} failed: {reason}")
+    store_reason(
+        lambda text: _fail_run(run_id, step_id, text), f"step {stage}/{key} failed: {reason}"
+    )
 
 
 def hand_back(step_id: int) -> bool:

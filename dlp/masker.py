@@ -20,16 +20,15 @@ A UUID is an identifier, never a secret, and operators search for run uuids in l
 and reasons: one whose groups happen to be all digits would otherwise pass for a
 card number, so UUID-shaped text is left as it is.
 
-Bound to the task runner's scrubber seam at app start (``init_app``): dlp depends
-on the runner, never the reverse.
+Half of the one scrubber (``security.scrub``: credentials, then these values), which
+``dlp.setup`` binds to the task runner's scrubber seam at app start: dlp depends on
+the runner, never the reverse.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-from taskrunner.contract import bind_scrubber
 
 # ISO 13616 registry: the length of each country's IBAN.
 IBAN_LENGTHS = {
@@ -207,7 +206,3 @@ def mask(text: str) -> str:
         at = uuid.end()
     out.append(_mask_values(text[at:]))
     return "".join(out)
-
-
-def init_app(_app) -> None:
-    bind_scrubber(mask)

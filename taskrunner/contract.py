@@ -20,7 +20,7 @@ from huey import crontab
 
 from taskrunner import events, operations, redaction, tenant_scope
 from taskrunner.ledger import ledger
-from taskrunner.redaction import bounded, redact
+from taskrunner.redaction import bounded, redact, store_reason
 from taskrunner.registry import registry
 from taskrunner.runner import start
 from taskrunner.single import tracked_job as _declare_tracked_job
@@ -75,6 +75,7 @@ __all__ = [
     "register",
     "register_domain_error",
     "start_run",
+    "store_reason",
     "subscribe",
     "tracked_job",
     "unit_in_flight",

@@ -22,6 +22,7 @@ from taskrunner import delivery
 from taskrunner import events as ev
 from taskrunner.ledger.records import UNIT_COLUMNS
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
+from taskrunner.redaction import stored_payload
 from taskrunner.types import Refused, RunStatus, TaskUnit, UnitStatus
 
 
@@ -47,7 +48,7 @@ class LedgerBase:
             "event_id": str(uuid_lib.uuid4()),
             "name": event.name,
             "task_run_id": run_id,
-            "payload": event.payload(),
+            "payload": stored_payload(event.payload()),
             "created_at": utcnow(),
         }
         self.session.execute(insert(OutboxEvent), [row])
@@ -195,6 +196,6 @@ class LedgerBase:
                 actor=actor,
                 source=source,
                 address=address,
-                detail=detail,
+                detail=stored_payload(detail),
             )
         )
