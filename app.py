@@ -100,7 +100,10 @@ def register_blueprints(app: Flask) -> None:
     from blueprints.problems import refuse_long_request_target
     from blueprints.tenant_api import bp as tenant_api
     from blueprints.tenant_api.document import bp as tenant_api_document
+    from blueprints.unit_keys import UnitKeyConverter
 
+    # Before any route names it: a unit key is one path segment in every URL.
+    app.url_map.converters["unit_key"] = UnitKeyConverter
     ui.init_app(app)
     app.before_request(refuse_long_request_target)  # before a token or a session is read
     for blueprint in (auth, backoffice, api):
