@@ -91,7 +91,7 @@ def register_modules(app: Flask) -> None:
 
 
 def register_blueprints(app: Flask) -> None:
-    from blueprints import ui
+    from blueprints import host_header, ui
     from blueprints.api import bp as api
     from blueprints.auth import bp as auth
     from blueprints.backoffice import bp as backoffice
@@ -106,6 +106,7 @@ def register_blueprints(app: Flask) -> None:
     app.url_map.converters["unit_key"] = UnitKeyConverter
     ui.init_app(app)
     app.before_request(refuse_long_request_target)  # before a token or a session is read
+    host_header.init_app(app)
     for blueprint in (auth, backoffice, api):
         app.register_blueprint(blueprint)
     app.register_blueprint(health)
