@@ -76,8 +76,11 @@ catalog: install
 	$(FLASK) openapi readme
 
 # The benchmarks' own extra (Celery, the peer they are measured against) comes first.
+# Celery may move shared packages off their locked versions (redis): the suite then finds
+# the venv is not the lock, so the next `make install` (and `make test`) installs it again.
 $(BIN)/.bench-installed: pyproject.toml $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	rm -f $(BIN)/.installed
 	touch $@
 
 bench: install $(BIN)/.bench-installed
