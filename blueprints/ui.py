@@ -178,6 +178,16 @@ def tenant_names(ids: Iterable[Any]) -> dict[int, str]:
     return {i: name for i in wanted if (name := known.get(i))}
 
 
+def after_outage() -> None:
+    """What is left of a request the database failed: its transaction rolled back, and no
+    one signed in (the answer is made without asking the database who it is for)."""
+    try:
+        db.session.rollback()
+    except Exception:  # the connection is gone already: nothing to roll back
+        pass
+    g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
+
+
 def favicon() -> Response:
     """The icon a browser asks for at the root, whatever page it shows."""
     return send_from_directory(
@@ -226,13 +236,8 @@ def init_app(app: Flask) -> None:
         outage = database_outage(exc)
         if outage is None:
             return _unexpected(exc)
-        try:
-            db.session.rollback()
-        except Exception:  # the connection is gone already; nothing to roll back
-            pass
+        after_outage()
         app.logger.warning("Database unavailable on %s: %s", request.path, outage)
-        # The page is rendered without asking the database who is signed in.
-        g._login_user = app.login_manager.anonymous_user()
         return error_response(
             503,
             "Database unavailable",

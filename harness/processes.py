@@ -170,8 +170,9 @@ class WebServer:
         workers: int = 2,
         threads: int | None = None,
         name: str = "gunicorn",
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir) / f"{name}-{self.port}.log"
         command = [

@@ -6,6 +6,7 @@ from flask import Blueprint, current_app, jsonify
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from blueprints.ui import after_outage
 from database import OUTAGE_RETRY_SECONDS, database_outage
 from extensions import db
 
@@ -20,6 +21,7 @@ def healthz():
         outage = database_outage(exc)
         if outage is None:
             raise
+        after_outage()
         current_app.logger.warning("Health check: %s", outage)
         answer = jsonify(status="unavailable", database=outage.summary)
         return answer, 503, {"Retry-After": str(OUTAGE_RETRY_SECONDS)}
