@@ -41,7 +41,7 @@ def _next_path() -> str:
     return request.full_path.rstrip("?") if request.query_string else request.path
 
 
-def _page_of_form() -> str | None:
+def page_of_form() -> str | None:
     """The page a form was posted from (same site only): where the operator returns."""
     parts = urlsplit(request.referrer or "")
     if parts.netloc != request.host or not parts.path.startswith("/"):
@@ -59,7 +59,7 @@ def sign_in_again(ended: bool) -> Response:
     if ended:
         session.pop(SESSION_SECRET, None)
         flash(SESSION_ENDED, "info")
-    back = _next_path() if request.method in ("GET", "HEAD") else _page_of_form()
+    back = _next_path() if request.method in ("GET", "HEAD") else page_of_form()
     return redirect(login_url(back) if back else "/login")
 
 

@@ -21,7 +21,7 @@ from flask_wtf.csrf import CSRFError
 from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
-from accounts.permissions import sign_in_again
+from accounts.permissions import page_of_form, sign_in_again
 from blueprints.problems import problem, wants_problem
 from database import OUTAGE_RETRY_SECONDS, database_outage, utcnow
 from extensions import db
@@ -212,9 +212,14 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(CSRFError)
     def _csrf(exc: CSRFError):
-        if not wants_problem() and request.path != "/login" and not current_user.is_authenticated:
-            # A form of a session that has ended since (signed out in another tab: its
-            # CSRF secret went with it): sign in again, then back to the form's page.
+        if (
+            not wants_problem()
+            and request.path != "/login"
+            and page_of_form() is not None
+            and not current_user.is_authenticated
+        ):
+            # A page's form whose session has ended since (signed out in another tab: its
+            # CSRF secret went with it): sign in again, then back to that page.
             return sign_in_again(ended=True)
         return error_response(
             400,

@@ -175,8 +175,12 @@ class WebServer:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir) / f"{name}-{self.port}.log"
+        # A test may name a config of its own that builds on the file (GUNICORN_CMD_ARGS,
+        # tests/security/server_hooks.py): a --config given here would replace it.
+        own_config = "--config" in env.get("GUNICORN_CMD_ARGS", "")
         command = [
-            sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONFIG),
+            sys.executable, "-m", "gunicorn",
+            *([] if own_config else ["--config", str(GUNICORN_CONFIG)]),
             "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
         ]  # fmt: skip
         if threads is not None:

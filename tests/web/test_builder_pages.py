@@ -109,9 +109,8 @@ def test_a_step_finished_on_another_host_moves_the_page_of_this_one(
         db.session.remove()
 
     def marker() -> str:
-        return builder_web.get(f"/builder/runs/{run_uuid}").html.find(id="builder-run")[
-            "data-marker"
-        ]
+        page = builder_web.get(f"/builder/runs/{run_uuid}")
+        return page.html.select_one(".live-bar")["data-marker"]
 
     before = marker()
     with worker_host.app_context():

@@ -122,9 +122,19 @@ def test_a_post_from_another_site_never_decides_where_sign_in_returns(app, opera
     web = browser(app)
     sign_in(web, operators["manager"])
     form = _cancel_form(web, running)
-    web.get("/backoffice/task-runs").forms[0].submit()  # signed out
+    with app.app_context():
+        set_password("manager@example.com", "correct horse battery")  # the session ended
+        db.session.remove()
     answer = form.submit(headers={"Referer": "https://evil.example/phish"}, status=302)
     assert answer.location == "/login"
+    # Signed out in this browser, the form's token is gone too: without a page of this
+    # site to return to, it is the plain refusal it always was.
+    sign_in(web, operators["manager"])
+    form = _cancel_form(web, running)
+    web.get("/backoffice/task-runs").forms[0].submit()
+    assert "Form expired" in form.submit(
+        headers={"Referer": "https://evil.example/phish"}, status=400
+    )
 
 
 def test_a_confirmation_focuses_its_action_and_the_message_after_it_takes_focus(
