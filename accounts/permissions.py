@@ -18,6 +18,8 @@ from blueprints.problems import wants_problem
 
 # The session cookie's key for the secret of the operator's server-side session.
 SESSION_SECRET = "operator_session"
+# What sign-in says to a browser whose session ended under it.
+SESSION_ENDED = "Your session ended. Sign in again to carry on."
 
 PERMISSIONS: dict[str, str] = {
     "task-runner.runs.view": "See task runs, their units, errors and events",
@@ -27,9 +29,6 @@ PERMISSIONS: dict[str, str] = {
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-SESSION_ENDED = "Your session ended. Sign in again to carry on."
 
 
 def login_url(next_path: str) -> str:
