@@ -69,7 +69,7 @@ def register_modules(app: Flask) -> None:
     when their modules are imported, are adopted last.
     """
     import asyncrequests.retention  # noqa: F401 - declares its daily prune
-    import live.models  # noqa: F401 - the live topics table
+    import live.models  # noqa: F401 - the live topics and stream leases
     import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
     import tasks.periodic  # noqa: F401 - registers the periodic jobs
@@ -79,11 +79,13 @@ def register_modules(app: Flask) -> None:
     from diagnostics import setup as diagnostics
     from dlp import setup as dlp
     from documents import setup as documents
+    from live import streams
     from payments import setup as payments
     from taskrunner import appstate
     from tenancy import setup as tenancy
 
     appstate.init_app(app)
+    streams.init_app(app)
     with app.app_context():
         for module in (tenancy, dlp, diagnostics, payments, accounts, coursebuilder, documents):
             module.init_app(app)

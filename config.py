@@ -124,6 +124,11 @@ class Config:
         # and how often it probes the runs it follows.
         self.LIVE_STREAM_SECONDS = _int("LIVE_STREAM_SECONDS", 60)
         self.LIVE_POLL_SECONDS = _float("LIVE_POLL_SECONDS", 1.0)
+        # Open streams hold a request thread each: at most this many in one web process
+        # (gunicorn.conf.py keeps the rest of its threads for pages), and at most this many
+        # of one operator session on every process and host together. More: 429.
+        self.LIVE_STREAMS_PER_PROCESS = _int("LIVE_STREAMS_PER_PROCESS", 4)
+        self.LIVE_STREAMS_PER_SESSION = _int("LIVE_STREAMS_PER_SESSION", 6)
         # How long a process reuses the overview strip it read (its numbers move by the minute).
         self.OVERVIEW_CACHE_SECONDS = _float("OVERVIEW_CACHE_SECONDS", 5.0)
         self.DOCUMENTS_PROVIDER_URL = env.get("DOCUMENTS_PROVIDER_URL", "")

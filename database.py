@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from security.files import private_file
 
 IMMEDIATE = "taskledger_begin_immediate"
+# How long a client should wait before asking again while the database cannot answer.
+OUTAGE_RETRY_SECONDS = 5
 
 
 def utcnow() -> datetime:
@@ -129,3 +133,40 @@ def write_transaction(session: Session) -> Iterator[Session]:
         raise
     else:
         session.commit()
+
+
+@dataclass(frozen=True)
+class Outage:
+    """Why the database could not answer: a summary anyone may read, and the driver's cause."""
+
+    summary: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.summary}: {self.cause}"
+
+
+def database_outage(exc: BaseException) -> Outage | None:
+    """The outage ``exc`` reports, when it says the database could not answer: a refused or
+    dropped connection, a server shutting down, no pooled connection free, a lock not
+    granted in time. ``None`` for any other error: a bug stays a bug.
+
+    The cause is the driver's first line, never SQLAlchemy's message (it carries the
+    statement).
+    """
+    if isinstance(exc, sa_exc.TimeoutError):
+        return Outage("no database connection came free", _first_line(exc))
+    if not isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
+        return None
+    cause = _first_line(exc.orig)
+    if exc.statement is None:
+        # Raised while connecting (a new connection, or the pre-ping's replacement).
+        return Outage("the database refused the connection", cause)
+    if exc.connection_invalidated or isinstance(exc, sa_exc.InterfaceError):
+        return Outage("the database closed the connection", cause)
+    return Outage("the database could not answer", cause)
+
+
+def _first_line(error: BaseException | None) -> str:
+    lines = str(error or "").strip().splitlines()
+    return lines[0][:300] if lines else type(error).__name__

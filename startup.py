@@ -12,6 +12,9 @@ which log to stderr and need no key).
 
 from __future__ import annotations
 
+import copy
+import functools
+import logging
 from pathlib import Path
 
 import click
@@ -19,6 +22,7 @@ from flask import Flask
 from flask.cli import AppGroup
 
 from config import ensure_secret_key
+from database import database_outage
 from security.files import tighten_dir
 from security.logs import configure_logging
 
@@ -40,7 +44,8 @@ class EntryCommands(AppGroup):
 
     Flask's command line builds the app with ``create_app()`` and then looks the
     command up here, so the process is prepared before any command runs (and the CLI
-    keeps stderr for its one-line answers: it logs to the file).
+    keeps stderr for its one-line answers: it logs to the file). The command it gets
+    back answers a database outage the CLI's way: one line naming the cause, exit 1.
     """
 
     def __init__(self, app: Flask) -> None:
@@ -49,6 +54,33 @@ class EntryCommands(AppGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
-        if command is not None:
-            prepare_process(self.app)
-        return command
+        if command is None:
+            return None
+        prepare_process(self.app)
+        return outage_guarded(command)
+
+
+def outage_guarded(command: click.Command) -> click.Command:
+    """A copy of ``command`` (with its subcommands) whose database outage is one line on
+    stderr and exit 1 instead of a traceback; the command itself is left as it was."""
+    guarded = copy.copy(command)
+    guarded.__class__ = _guarded_class(type(command))
+    return guarded
+
+
+@functools.cache
+def _guarded_class(base: type[click.Command]) -> type[click.Command]:
+    class Guarded(base):  # type: ignore[valid-type, misc]
+        def invoke(self, ctx: click.Context):
+            try:
+                return super().invoke(ctx)
+            except Exception as exc:
+                outage = database_outage(exc)
+                if outage is None:
+                    raise
+                logging.getLogger(__name__).warning("flask %s: %s", ctx.command_path, outage)
+                click.echo(f"error: {outage}", err=True)
+                ctx.exit(1)
+
+    Guarded.__name__ = f"OutageGuarded{base.__name__}"
+    return Guarded

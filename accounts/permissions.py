@@ -9,12 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
-from flask import abort, redirect, request
+from flask import Response, abort, flash, redirect, request, session
 from flask_login import current_user
 
 from blueprints.problems import wants_problem
+
+# The session cookie's key for the secret of the operator's server-side session.
+SESSION_SECRET = "operator_session"
+# What sign-in says to a browser whose session ended under it.
+SESSION_ENDED = "Your session ended. Sign in again to carry on."
 
 PERMISSIONS: dict[str, str] = {
     "task-runner.runs.view": "See task runs, their units, errors and events",
@@ -35,6 +40,28 @@ def _next_path() -> str:
     return request.full_path.rstrip("?") if request.query_string else request.path
 
 
+def page_of_form() -> str | None:
+    """The page a form was posted from (same site only): where the operator returns."""
+    parts = urlsplit(request.referrer or "")
+    if parts.netloc != request.host or not parts.path.startswith("/"):
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def sign_in_again(ended: bool) -> Response:
+    """To sign-in, then back to what the operator was doing: the page itself for a read,
+    the page a form was on for a post (its action may not be read back with a GET).
+
+    ``ended``: this browser had a session that is gone (signed out elsewhere, expired, a
+    password change); the sign-in page says so.
+    """
+    if ended:
+        session.pop(SESSION_SECRET, None)
+        flash(SESSION_ENDED, "info")
+    back = _next_path() if request.method in ("GET", "HEAD") else page_of_form()
+    return redirect(login_url(back) if back else "/login")
+
+
 def permission_required(name: str) -> Callable[[F], F]:
     """Guard a view: sign-in first (401 JSON under /api/), then ``name`` (403)."""
     if name not in PERMISSIONS:
@@ -46,7 +73,7 @@ def permission_required(name: str) -> Callable[[F], F]:
             if not current_user.is_authenticated:
                 if wants_problem():
                     abort(401, description="sign in first: this API needs a backoffice session")
-                return redirect(login_url(_next_path()))
+                return sign_in_again(ended=SESSION_SECRET in session)
             if not current_user.has_permission(name):
                 abort(403, description=f"permission {name} required")
             return view(*args, **kwargs)

@@ -68,6 +68,34 @@ def session_user(user_id: str, secret: str | None) -> User | None:
     ).scalar_one_or_none()
 
 
+def digest(secret: str) -> str:
+    """What the database keeps of a session's secret (and what names the session elsewhere)."""
+    return _digest(secret)
+
+
+def is_live(user_id: int, secret: str | None) -> bool:
+    """Whether this session still signs its user in: a live stream asks at every poll.
+
+    It holds no transaction afterwards (the stream sleeps between polls).
+    """
+    if not secret or not isinstance(secret, str):
+        return False
+    try:
+        found = db.session.execute(
+            select(OperatorSession.id)
+            .join(User, User.id == OperatorSession.user_id)
+            .where(
+                OperatorSession.secret_hash == _digest(secret),
+                OperatorSession.expires_at > utcnow(),
+                User.id == user_id,
+                User.active.is_(True),
+            )
+        ).first()
+    finally:
+        db.session.rollback()
+    return found is not None
+
+
 def end_session(secret: str | None) -> None:
     """Sign this session out; an unknown or ended one is already out."""
     if not secret or not isinstance(secret, str):

@@ -7,15 +7,13 @@ import logging
 from flask import Flask, current_app, session
 
 from accounts import sessions, throttle
+from accounts.permissions import SESSION_SECRET
 from accounts.sessions import session_user
 from extensions import login_manager
 from security import ratelimit
 from taskrunner.contract import Cron, crontab, periodic
 
 logger = logging.getLogger(__name__)
-
-# The session cookie's key for the secret of the operator's server-side session.
-SESSION_SECRET = "operator_session"
 
 
 def load_user(user_id: str):

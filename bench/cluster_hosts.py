@@ -27,8 +27,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from bench.netns import Host, Network
-from blueprints.problems import SERVER_REQUEST_LINE_LIMIT
-from harness import ROOT, stop_processes
+from harness import GUNICORN_CONFIG, ROOT, stop_processes
 
 WEB_PORT = 8000
 PG_PORT = 5432
@@ -237,11 +236,11 @@ class Cluster:
 
     def start_web(self, name: str) -> HostProcess:
         host = self.web[name]
+        # The project's gunicorn.conf.py (threads, limits, hooks), with the host's address,
+        # two workers and a short graceful stop.
         command = [
-            sys.executable, "-m", "gunicorn", "--bind", f"{host.address}:{WEB_PORT}",
-            "--workers", "2", "--threads", "4", "--timeout", "60", "--graceful-timeout", "5",
-            "--access-logfile", "-", "--limit-request-line", str(SERVER_REQUEST_LINE_LIMIT),
-            "wsgi:app",
+            sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONFIG),
+            "--bind", f"{host.address}:{WEB_PORT}", "--workers", "2", "--graceful-timeout", "5",
         ]  # fmt: skip
         return self._start(host, "web", command)
 

@@ -181,9 +181,10 @@ class OperatorClient:
     def stream(
         self, host: str, path: str, timeout: float, quiet_seconds: float = 30.0
     ) -> Iterator[dict]:
-        """A page's event stream as ``{"event", "data", "at"}``, reconnecting like a browser
-        (the server ends each stream after a while; a stream quiet for ``quiet_seconds`` is
-        dropped and opened again) until ``finished``."""
+        """A page's ``changed`` and ``finished`` events as ``{"event", "data", "at"}``,
+        reconnecting like the page (the server ends each stream after a while with
+        ``rest``; a stream quiet for ``quiet_seconds``, keep-alives and all, is dropped and
+        opened again) until ``finished``. A stream that says its session ended fails."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             conn = http.client.HTTPConnection(self.hosts[host], timeout=quiet_seconds)
@@ -198,7 +199,10 @@ class OperatorClient:
                 if response.status != 200:
                     raise AssertionError(f"{host}: {path} answered {response.status}")
                 for event in _events(response):
-                    yield event
+                    if event["event"] == "ended":
+                        raise AssertionError(f"{host}: {path}: the session ended")
+                    if event["event"] in ("changed", "finished"):
+                        yield event
                     if event["event"] == "finished":
                         return
             except TimeoutError:

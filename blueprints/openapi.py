@@ -242,9 +242,14 @@ def _build(app: Flask, document: Document) -> dict[str, Any]:
 
 
 # Every request under /api/ may be refused for its length before its view runs
-# (``blueprints.problems.refuse_long_request_target``): a problem like any other.
-EVERY_API_ERROR = (414,)
-PROBLEM_NOTES = {414: f"the path and query together exceed {MAX_REQUEST_TARGET:,} bytes"}
+# (``blueprints.problems.refuse_long_request_target``), and answered 503 with Retry-After
+# while the database cannot answer (``blueprints.ui``): problems like any other.
+EVERY_API_ERROR = (414, 503)
+PROBLEM_NOTES = {
+    414: f"the path and query together exceed {MAX_REQUEST_TARGET:,} bytes",
+    503: "the database cannot answer right now (refused or dropped connections); "
+    "try again after `Retry-After` seconds",
+}
 
 
 def _operation(

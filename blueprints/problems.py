@@ -37,7 +37,7 @@ CODES: dict[int, str] = {
 RETRY_STATUSES = (429, 503)
 # The longest request target (path and query, as sent) the APIs read; longer is a 414
 # problem. The HTTP server's own limit sits above it, so the app answers first:
-# gunicorn's --limit-request-line wherever it is started (harness, bench, deploy unit).
+# gunicorn's limit_request_line (gunicorn.conf.py, wherever gunicorn is started).
 MAX_REQUEST_TARGET = 4096
 SERVER_REQUEST_LINE_LIMIT = 8190
 

@@ -14,14 +14,16 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from flask import Flask, Response, current_app, render_template, request
+from flask import Flask, Response, current_app, g, render_template, request, send_from_directory
 from flask.json.provider import DefaultJSONProvider
 from flask_login import current_user
 from flask_wtf.csrf import CSRFError
+from sqlalchemy import exc as sa_exc
 from werkzeug.exceptions import HTTPException
 
+from accounts.permissions import page_of_form, sign_in_again
 from blueprints.problems import problem, wants_problem
-from database import utcnow
+from database import OUTAGE_RETRY_SECONDS, database_outage, utcnow
 from extensions import db
 from security.refs import error_ref
 from taskrunner.contract import plural  # the pages' and the CLIs' one helper
@@ -103,14 +105,19 @@ def duration(
     return span(((_parse(end) or utcnow()) - begin).total_seconds() - idle)
 
 
-def span(seconds: float) -> str:
-    """'42s', '3m 05s', '2h 10m'."""
+def span(seconds: float | None) -> str:
+    """A duration, the one way every page says it: '42 s', '3 min 05 s', '2 h 10 min',
+    '3 d 4 h' (the units of the relative times next to it: '3 min ago')."""
+    if seconds is None:
+        return "—"
     seconds = max(0, int(seconds))
     if seconds < 60:
-        return f"{seconds}s"
+        return f"{seconds} s"
     if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
 
 
 def plain_json(value: Any) -> str:
@@ -156,18 +163,6 @@ def _security_headers(response: Response) -> Response:
     return response
 
 
-def age(seconds: int | float | None) -> str:
-    """A duration in seconds as an operator reads it: ``45 s``, ``3 min 20 s``, ``2 h 5 min``."""
-    if seconds is None:
-        return "—"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-
-
 def tenant_names(ids: Iterable[Any]) -> dict[int, str]:
     """Tenant names of these ids, read once per request for all the ids a page shows."""
     from flask import g
@@ -183,12 +178,30 @@ def tenant_names(ids: Iterable[Any]) -> dict[int, str]:
     return {i: name for i in wanted if (name := known.get(i))}
 
 
+def after_outage() -> None:
+    """What is left of a request the database failed: its transaction rolled back, and no
+    one signed in (the answer is made without asking the database who it is for)."""
+    try:
+        db.session.rollback()
+    except Exception:  # the connection is gone already: nothing to roll back
+        pass
+    g._login_user = current_app.login_manager.anonymous_user()  # type: ignore[attr-defined]
+
+
+def favicon() -> Response:
+    """The icon a browser asks for at the root, whatever page it shows."""
+    return send_from_directory(
+        current_app.static_folder or "static", "favicon.svg", mimetype="image/svg+xml"
+    )
+
+
 def init_app(app: Flask) -> None:
     app.json = BoundedJSONProvider(app)
+    app.add_url_rule("/favicon.ico", "favicon", favicon)
     app.add_template_global(tenant_names, "tenant_names")
     app.after_request(_security_headers)
     app.add_template_filter(relative_time, "reltime")
-    app.add_template_filter(age, "age")
+    app.add_template_filter(span, "span")
     app.add_template_filter(absolute_time, "abstime")
     app.add_template_filter(iso_time, "isotime")
     app.add_template_global(duration, "duration")
@@ -199,6 +212,15 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(CSRFError)
     def _csrf(exc: CSRFError):
+        if (
+            not wants_problem()
+            and request.path != "/login"
+            and page_of_form() is not None
+            and not current_user.is_authenticated
+        ):
+            # A page's form whose session has ended since (signed out in another tab: its
+            # CSRF secret went with it): sign in again, then back to that page.
+            return sign_in_again(ended=True)
         return error_response(
             400,
             "Form expired",
@@ -211,6 +233,23 @@ def init_app(app: Flask) -> None:
         # Keep what the exception says besides its body: Allow on a 405, Retry-After on a 429.
         headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
         return error_response(exc.code or 500, exc.name, exc.description or exc.name, headers)
+
+    @app.errorhandler(sa_exc.OperationalError)
+    @app.errorhandler(sa_exc.InterfaceError)
+    @app.errorhandler(sa_exc.TimeoutError)
+    def _database_unavailable(exc: Exception):
+        outage = database_outage(exc)
+        if outage is None:
+            return _unexpected(exc)
+        after_outage()
+        app.logger.warning("Database unavailable on %s: %s", request.path, outage)
+        return error_response(
+            503,
+            "Database unavailable",
+            f"The backoffice cannot reach its database right now ({outage.summary}). "
+            f"Try again in a few seconds.",
+            {"Retry-After": str(OUTAGE_RETRY_SECONDS)},
+        )
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

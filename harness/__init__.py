@@ -13,6 +13,7 @@ from harness.databases import (
 )
 from harness.environment import ROOT, process_env
 from harness.processes import (
+    GUNICORN_CONFIG,
     ProcessPool,
     WebServer,
     free_port,
@@ -24,6 +25,7 @@ from harness.processes import (
 from harness.waiting import WaitTimeout, wait_for
 
 __all__ = [
+    "GUNICORN_CONFIG",
     "ROOT",
     "ProcessPool",
     "WaitTimeout",

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import httpx
 
-from blueprints.problems import SERVER_REQUEST_LINE_LIMIT
 from harness.environment import ROOT
 from harness.waiting import wait_for
 
 # How often a test's consumer polls an empty queue: first after 50 ms, backing off to
 # half a second (production: 0.1 s to 1 s), so a test waits little for its jobs.
 TEST_POLLING = (0.05, 0.5, 1.1)
+# The web tier's settings, the same file production starts gunicorn with.
+GUNICORN_CONFIG = ROOT / "gunicorn.conf.py"
 
 
 def free_port() -> int:
@@ -159,26 +160,31 @@ class ProcessPool:
 
 
 class WebServer:
-    """``gunicorn wsgi:app`` on a free port of 127.0.0.1, healthy when made."""
+    """gunicorn on a free port of 127.0.0.1 with the project's ``gunicorn.conf.py`` (its
+    worker class, threads, limits and hooks, as in production), healthy when made."""
 
     def __init__(
         self,
         env: dict[str, str],
         log_dir: Path,
         workers: int = 2,
-        threads: int = 1,
+        threads: int | None = None,
         name: str = "gunicorn",
+        port: int | None = None,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir) / f"{name}-{self.port}.log"
+        # A test may name a config of its own that builds on the file (GUNICORN_CMD_ARGS,
+        # tests/security/server_hooks.py): a --config given here would replace it.
+        own_config = "--config" in env.get("GUNICORN_CMD_ARGS", "")
         command = [
-            sys.executable, "-m", "gunicorn", "--bind", f"127.0.0.1:{self.port}",
-            "--workers", str(workers), "--threads", str(threads),
-            "--access-logfile", "-", "wsgi:app",
-            # Above the app's own limit: an over-long URL is the API's 414 problem.
-            "--limit-request-line", str(SERVER_REQUEST_LINE_LIMIT),
+            sys.executable, "-m", "gunicorn",
+            *([] if own_config else ["--config", str(GUNICORN_CONFIG)]),
+            "--bind", f"127.0.0.1:{self.port}", "--workers", str(workers),
         ]  # fmt: skip
+        if threads is not None:
+            command += ["--threads", str(threads)]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 command,

@@ -1,11 +1,9 @@
-"""Bump a topic, read its version, follow it: the pieces a live page is made of."""
+"""Bump a topic, read its version, write an event: the pieces a live page is made of."""
 
 from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import select
@@ -17,7 +15,6 @@ from live.models import LiveTopic
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.25
 _table = LiveTopic.__table__
 
 
@@ -52,32 +49,6 @@ def version(topic: str) -> str:
         logger.warning("Could not read live topic %s", topic, exc_info=True)
         return "?"
     return str(value or 0)
-
-
-def follow(topic: str, seconds: float, poll_seconds: float = POLL_SECONDS) -> Iterator[str]:
-    """The topic's version at once, then each time it moves, for at most ``seconds``."""
-    return watch(lambda: version(topic), seconds, poll_seconds)
-
-
-def watch(
-    probe: Callable[[], str], seconds: float, poll_seconds: float = POLL_SECONDS
-) -> Iterator[str]:
-    """``probe()`` at once, then each time its answer changes, for at most ``seconds``.
-
-    A topic's version is the cheapest probe; a page whose data moves without a bump
-    (a task run's units, which the hot path does not bump) probes a small indexed
-    count instead.
-    """
-    deadline = time.monotonic() + seconds
-    last = None
-    while True:
-        current = probe()
-        if current != last:
-            last = current
-            yield current
-        if time.monotonic() >= deadline:
-            return
-        time.sleep(poll_seconds)
 
 
 def sse(event: str, data: dict[str, Any]) -> str:

@@ -1,13 +1,17 @@
-// Live run pages: the server sends "changed" when what the page shows moved, and the
-// page fetches a fresh copy of itself and swaps its [data-live] regions in place.
-// No reload: keyboard focus stays where it was (on the same control in the fresh
-// copy), the scroll position stays, and an operator can pause the updates.
+// Live pages (a run, the run list, a course build): the server sends "changed" when what
+// the page shows moved, and the page fetches a fresh copy of itself and swaps its
+// [data-live] regions in place. No reload: keyboard focus stays where it was (on the
+// same control in the fresh copy), the scroll position stays, and an operator can pause
+// the updates. The bar says the truth about the stream in its live region: "Live" (with
+// its marker) only while one is open; "Reconnecting…" while the server is away or busy;
+// "Live updates stopped — sign in again" once the session has ended.
 // Without this file (or without EventSource) the page is complete, only static.
 (function () {
   "use strict";
 
-  var bar, stateText, toggle, source = null, paused = false, fetching = false, again = false;
-  var marker = null;
+  var FIRST_RETRY_MS = 2000, LONGEST_RETRY_MS = 60000;
+  var bar, stateText, toggle, signIn, source = null, paused = false, over = false;
+  var fetching = false, again = false, marker = null, retryIn = FIRST_RETRY_MS, retryTimer = null;
 
   // What identifies a focusable element across two copies of the page.
   function keyOf(el) {
@@ -23,7 +27,11 @@
     return null;
   }
 
-  function say(text) { if (stateText) { stateText.textContent = text; } }
+  // One word for the marker (CSS draws it for "live" only), one sentence for the region.
+  function show(state, text) {
+    bar.setAttribute("data-state", state);
+    if (stateText.textContent !== text) { stateText.textContent = text; }
+  }
 
   function swap(html) {
     var fresh = new DOMParser().parseFromString(html, "text/html");
@@ -42,7 +50,7 @@
     if (nav && freshNav && !(active && nav.contains(active))) { nav.replaceWith(document.importNode(freshNav, true)); }
     // The run list follows the running runs it shows: a new one joins the stream.
     var freshBar = fresh.querySelector(".live-bar[data-stream]");
-    if (freshBar && bar && !bar.getAttribute("data-finished")) {
+    if (freshBar && !over) {
       var url = freshBar.getAttribute("data-stream");
       if (url !== bar.getAttribute("data-stream")) {
         bar.setAttribute("data-stream", url);
@@ -77,28 +85,85 @@
     var status = (data.status || "").replace(/_/g, " ");
     var at = data.finished_at ? new Date(data.finished_at) : null;
     var when = at && !isNaN(at) ? " at " + at.toISOString().slice(11, 19) + " UTC" : "";
-    return "Run finished: " + status + when + ".";
+    return (bar.getAttribute("data-finished-label") || "Run finished") + ": " + status + when + ".";
+  }
+
+  // The stream is over for good: the run finished, or the session ended.
+  function end(state, text) {
+    over = true;
+    close();
+    toggle.hidden = true;
+    show(state, text);
+  }
+
+  function sessionEnded() {
+    signIn.href = "/login?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+    signIn.hidden = false;
+    end("stopped", "Live updates stopped — sign in again");
+  }
+
+  // Try again later, waiting longer each time until a stream opens.
+  function reconnectLater() {
+    show("reconnecting", "Reconnecting…");
+    window.clearTimeout(retryTimer);
+    retryTimer = window.setTimeout(function () { if (!paused && !over) { open(); } }, retryIn);
+    retryIn = Math.min(retryIn * 2, LONGEST_RETRY_MS);
+  }
+
+  // The server refused the stream (a cap, an outage, a sign-in page instead): which one?
+  function diagnose() {
+    show("reconnecting", "Reconnecting…");
+    fetch(window.location.href, { credentials: "same-origin", redirect: "manual", headers: { "X-Live": "1" } })
+      .then(function (response) {
+        if (response.type === "opaqueredirect" || response.status === 401 || response.status === 403) {
+          sessionEnded();
+        } else {
+          reconnectLater();
+        }
+      })
+      .catch(reconnectLater);
   }
 
   function open() {
+    window.clearTimeout(retryTimer);
     var url = bar.getAttribute("data-stream");
-    source = new EventSource(url);
-    source.addEventListener("changed", function (event) {
+    var current = new EventSource(url);
+    source = current;
+    current.addEventListener("open", function () {
+      retryIn = FIRST_RETRY_MS;
+      show("live", "Live");
+    });
+    current.addEventListener("changed", function (event) {
       var data = JSON.parse(event.data);
       if (marker !== null && data.marker !== marker) { refresh(); }
       marker = data.marker;
     });
-    source.addEventListener("finished", function (event) {
+    current.addEventListener("finished", function (event) {
       var data = JSON.parse(event.data);
-      close();
-      refresh();
       bar.setAttribute("data-finished", "1");
-      toggle.hidden = true;
-      say(finishedText(data));
+      end("finished", finishedText(data));
+      refresh();
+    });
+    // The server ends each stream after a while (and when its process stops): a new one
+    // at once, the marker kept, so only a real change refreshes the page.
+    current.addEventListener("rest", function () { close(); open(); });
+    current.addEventListener("ended", sessionEnded);
+    current.addEventListener("unavailable", function () { close(); reconnectLater(); });
+    current.addEventListener("error", function () {
+      if (source !== current) { return; }  // closed on purpose
+      if (current.readyState === EventSource.CONNECTING) {
+        // The connection broke: the browser tries again by itself.
+        show("reconnecting", "Reconnecting…");
+        return;
+      }
+      close();
+      diagnose();
     });
   }
 
-  function close() { if (source) { source.close(); source = null; } }
+  function close() {
+    if (source) { var closing = source; source = null; closing.close(); }
+  }
 
   function setPaused(value) {
     paused = value;
@@ -106,10 +171,10 @@
     toggle.textContent = value ? "Resume live updates" : "Pause live updates";
     if (value) {
       close();
-      say("Live updates paused");
+      window.clearTimeout(retryTimer);
+      show("paused", "Live updates paused");
     } else {
-      say("Live");
-      marker = null;
+      retryIn = FIRST_RETRY_MS;
       open();
       refresh();
     }
@@ -120,7 +185,10 @@
     if (!bar || !window.EventSource || !window.fetch) { return; }
     stateText = bar.querySelector(".live-state");
     toggle = bar.querySelector("[data-live-toggle]");
+    signIn = bar.querySelector(".live-sign-in");
+    marker = bar.getAttribute("data-marker");
     bar.hidden = false;
+    show("connecting", "Connecting…");
     toggle.addEventListener("click", function () { setPaused(!paused); });
     open();
   });

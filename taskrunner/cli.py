@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import click
 from flask.cli import AppGroup
 
-from database import iso
+from database import database_outage, iso
 from taskrunner import delivery, operations, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
@@ -50,6 +50,8 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
     except Refused as exc:
         refuse(str(exc))
     except Exception as exc:  # the wedge guard settled the run; the log has the traceback
+        if database_outage(exc):
+            raise  # no run was written: the command line names the outage (startup)
         refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
     if wait:

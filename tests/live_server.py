@@ -13,14 +13,18 @@ CSRF_FIELD = re.compile(r'name="csrf_token"[^>]*value="([^"]+)"')
 
 
 class LiveServer(WebServer):
-    """``gunicorn wsgi:app`` with two workers on the test app's database and
-    queue, stopped by ``stop``."""
+    """gunicorn with the project's gunicorn.conf.py and two workers on the test app's
+    database and queue (``settings``: more of its environment), stopped by ``stop``."""
 
-    def __init__(self, app, log_dir: Path, workers: int = 2) -> None:
+    def __init__(
+        self, app, log_dir: Path, workers: int = 2, port: int | None = None, **settings: str
+    ) -> None:
         # Plain http on 127.0.0.1: the cookie cannot be Secure here.
-        env = process_env(app, SESSION_COOKIE_SECURE="0", LOG_FILE=str(log_dir / "app.log"))
+        env = process_env(
+            app, SESSION_COOKIE_SECURE="0", LOG_FILE=str(log_dir / "app.log"), **settings
+        )
         self.cookie_name = app.config["SESSION_COOKIE_NAME"]
-        super().__init__(env, log_dir, workers=workers)
+        super().__init__(env, log_dir, workers=workers, port=port)
 
     def sign_in(self, email: str, password: str) -> str:
         """Sign in through the real login form; return the session cookie's value."""

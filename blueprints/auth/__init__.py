@@ -55,6 +55,15 @@ def _home() -> dict:
     return {"home_path": lambda: home_for(current_user)}
 
 
+@bp.get("/")
+def root():
+    """The front door: the operator's first area (the run list, or the builds for a
+    builder-only operator), through sign-in if need be."""
+    if current_user.is_authenticated:
+        return redirect(home_for(current_user))
+    return redirect(url_for("auth.login"))
+
+
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     asked = request.values.get("next")

@@ -2,32 +2,29 @@
 
 The stream is server-sent events woken by the run's live topic (``live``): it
 reads only the topic's version while nothing changes and tells the page when it
-moved; the page then reloads its run section. The topic is a database row, so a
-bump made by a worker on any host reaches a stream on any web host. A stream ends
-after ``BUILDER_STREAM_SECONDS`` (the browser reconnects by itself), so no web
-worker is held forever.
+moved; the page then swaps in a fresh copy of its run section (``static/live.js``, as
+the run pages). The topic is a database row, so a bump made by a worker on any host
+reaches a stream on any web host. A stream ends after ``BUILDER_STREAM_SECONDS`` (the
+page opens a new one); its caps, keep-alives and session check are ``live.streams``'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from flask import (
     Blueprint,
-    Response,
     abort,
     current_app,
     flash,
     redirect,
     render_template,
     request,
-    stream_with_context,
     url_for,
 )
 from flask_login import current_user
 
 from accounts.permissions import permission_required
 from blueprints import params
+from blueprints.streams import event_stream
 from coursebuilder import reports, service
 from coursebuilder.service import BuilderError, RunStatus, UnknownRun, live_topic
 from live import topics as live
@@ -117,20 +114,14 @@ def retry(run_uuid: str):
 @permission_required(VIEW)
 def stream(run_uuid: str):
     run = run_or_404(run_uuid)
-    seconds = float(current_app.config.get("BUILDER_STREAM_SECONDS", 60))
-    return Response(
-        stream_with_context(_events(run.id, run.uuid, seconds)),
-        mimetype="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    run_id, topic = run.id, live_topic(run.uuid)
 
-
-def _events(run_id: int, run_uuid: str, seconds: float) -> Iterator[str]:
-    yield "retry: 2000\n\n"
-    for marker in live.follow(live_topic(run_uuid), seconds):
+    def changes(marker: str) -> tuple[list[str], bool]:
         status, stage = service.run_state(run_id)
         payload = {"marker": marker, "status": status, "stage": stage}
-        yield live.sse("changed", payload)
-        if status != RunStatus.RUNNING:
-            yield live.sse("finished", payload)
-            return
+        if status == RunStatus.RUNNING:
+            return [live.sse("changed", payload)], False
+        return [live.sse("changed", payload), live.sse("finished", payload)], True
+
+    seconds = float(current_app.config.get("BUILDER_STREAM_SECONDS", 60))
+    return event_stream(lambda: live.version(topic), changes, seconds)

@@ -1,8 +1,9 @@
 """Gunicorn hooks of the security tests: what a test sees inside a real server.
 
 ``Gunicorn.start(**HOOKS)`` (``tests.security.support``) runs the server with
-``GUNICORN_CMD_ARGS=--config python:tests.security.server_hooks``. After a worker
-loads ``wsgi:app`` (so the app is the one gunicorn serves, logging included):
+``GUNICORN_CMD_ARGS=--config python:tests.security.server_hooks``: the project's
+gunicorn.conf.py, and after a worker loads ``wsgi:app`` (so the app is the one gunicorn
+serves, logging included):
 
 - each password check appends a line to ``PASSWORD_CHECKS_FILE``: a 429 and a
   refused 200 look the same whether or not the password was checked first, a count
@@ -14,7 +15,14 @@ loads ``wsgi:app`` (so the app is the one gunicorn serves, logging included):
 from __future__ import annotations
 
 import os
+import runpy
 from typing import Any
+
+from harness import GUNICORN_CONFIG
+
+# The project's gunicorn.conf.py, every setting and hook of it: these hooks come on top.
+_PROJECT = runpy.run_path(str(GUNICORN_CONFIG))
+globals().update({k: v for k, v in _PROJECT.items() if not k.startswith("__")})
 
 # A page and a problem body (``/api/``): both 500s come from the same handler.
 FAILING_PATHS = ("/security-test/fail", "/api/security-test/fail")
@@ -52,6 +60,7 @@ def _count_password_checks(path: str) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
+    _PROJECT["post_worker_init"](worker)
     app = worker.wsgi
     for path in FAILING_PATHS:
         app.add_url_rule(path, f"security_test_fail_{len(path)}", _fail)

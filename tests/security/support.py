@@ -102,7 +102,7 @@ class Gunicorn:
         if key not in self.servers or not self.servers[key].alive():
             app_log = self.log_dir / f"app-{len(self.servers)}.log"
             settings = {"SESSION_COOKIE_SECURE": "0", "LOG_FILE": str(app_log), **env}
-            server = WebServer(process_env(self.app, **settings), self.log_dir, threads=4)
+            server = WebServer(process_env(self.app, **settings), self.log_dir)
             server.app_log = app_log  # type: ignore[attr-defined]
             self.servers[key] = server
         return self.servers[key].port

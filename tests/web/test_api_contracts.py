@@ -38,6 +38,7 @@ from blueprints.ui import SECURITY_HEADERS
 from payments.statements import generate_statement
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import ledger
+from tests.outage import refused_app
 from tests.web.backoffice_support import (
     VIEW,
     Operator,
@@ -472,6 +473,31 @@ def drive_over_long_urls(app: Flask, world: World) -> None:
                 web.request(path + padding, method=method.upper(), status=414)
 
 
+def drive_during_a_database_outage(app: Flask, outage: Flask, world: World) -> None:
+    """Every operation of both documents while the database refuses every connection, asked
+    as a signed-in operator with a valid token would: a 503 problem with Retry-After each."""
+    viewer = browser(app)
+    sign_in(viewer, Operator("viewer@example.com"))
+    web = browser(outage)
+    for name, value in viewer.cookies.items():
+        web.set_cookie(name, value)
+    ids = {
+        "run_uuid": world.run_uuid,
+        "request_uuid": world.pending_request,
+        "statement_id": str(world.statement_id),
+    }
+    for document in Contracts(app).documents:
+        for template, item in document["paths"].items():
+            for method in item:
+                web.request(
+                    template.format(**ids),
+                    method=method.upper(),
+                    headers={**bearer(world.token), "Content-Type": JSON},
+                    body=json.dumps({"period": PERIOD}).encode() if method == "post" else b"",
+                    status=503,
+                )
+
+
 def test_every_recorded_response_is_documented_field_by_field(make_app):
     app = make_app(MAX_CONTENT_LENGTH=MAX_BODY)
     recorded = record(app)
@@ -488,6 +514,10 @@ def test_every_recorded_response_is_documented_field_by_field(make_app):
         headers=bearer(world.token),
         status=503,
     )
+    # A 503 of the database: another app whose database refuses every connection.
+    outage = refused_app(make_app.base_config)
+    recorded_outage = record(outage)
+    drive_during_a_database_outage(app, outage, world)
     # A 429 needs an address over its rate limit: another app, one request per window.
     limited = make_app(TENANT_API_RATE_PER_ADDRESS=1, TENANT_API_RATE_WINDOW_SECONDS=3600)
     recorded_limited = record(limited)
@@ -496,13 +526,13 @@ def test_every_recorded_response_is_documented_field_by_field(make_app):
 
     failures = [
         f"{answer}: {v}"
-        for answer in recorded + recorded_down + recorded_limited
+        for answer in recorded + recorded_down + recorded_outage + recorded_limited
         for v in contracts.violations(answer)
     ]
 
     assert failures == []
     seen: dict[str, set[str]] = {}
-    for answer in recorded + recorded_down + recorded_limited:
+    for answer in recorded + recorded_down + recorded_outage + recorded_limited:
         if answer.rule is not None:
             key = f"{answer.method} {openapi_path(answer.rule)}"
             seen.setdefault(key, set()).add(str(answer.status))

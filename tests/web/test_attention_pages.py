@@ -318,9 +318,10 @@ def test_the_duration_does_not_count_the_time_closed_before_a_retry(app, viewer_
         db.session.remove()
     page = viewer_web.get(f"/backoffice/task-runs/{run_uuid}")
     duration = page.html.find("dt", string="Duration").find_next("dd").get_text(" ", strip=True)
-    assert duration.startswith("3m 00s") and "not counting 2h 00m closed before a retry" in duration
+    assert duration.startswith("3 min 00 s")
+    assert "not counting 2 h 00 min closed before a retry" in duration
     row = viewer_web.get("/backoffice/task-runs").html.find("tr", id=f"run-{run_uuid}")
-    assert row.select_one("td[data-label=Took]").get_text(strip=True) == "3m 00s"
+    assert row.select_one("td[data-label=Took]").get_text(strip=True) == "3 min 00 s"
     # "· 1 unit", not "· 1 units".
     assert "retry · 1 unit " in page.html.select_one("ul.log li").get_text(" ", strip=True) + " "
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 from flask import Blueprint, Flask
 
@@ -141,7 +143,16 @@ def test_anonymous_writes_go_to_sign_in(web, run_uuid, path):
     page = web.get("/login")
     token = page.forms["login"]["csrf_token"].value
     response = web.post(path.format(run=run_uuid), {"csrf_token": token}, status=302)
-    assert response.location.startswith("/login?next=")
+    # Never back to the write itself (a POST-only URL): to the page its form was on.
+    assert response.location == "/login"
+    run_page = f"/backoffice/task-runs/{run_uuid}"
+    response = web.post(
+        path.format(run=run_uuid),
+        {"csrf_token": token},
+        headers={"Referer": f"http://localhost{run_page}"},
+        status=302,
+    )
+    assert response.location == "/login?next=" + quote(run_page, safe="")
 
 
 @pytest.mark.parametrize("path", WRITES)

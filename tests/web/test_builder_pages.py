@@ -67,8 +67,9 @@ def test_the_run_page_shows_its_stages_steps_and_events(builder_app, builder_web
     run_uuid = start_run(builder_app, quizzes=0)
     page = builder_web.get(f"/builder/runs/{run_uuid}")
 
-    section = page.html.find(id="builder-run")
-    assert section["data-stream"] == f"/builder/runs/{run_uuid}/stream"
+    bar = page.html.select_one(".live-bar")
+    assert bar["data-stream"] == f"/builder/runs/{run_uuid}/stream"
+    assert page.html.find(id="builder-run")["data-live"] == "build"
     stages = [row.find("td").text for row in page.html.select("table.stages tbody tr")]
     assert stages == ["outline", "lessons", "quizzes", "review"]
     keys = [td.text for td in page.html.select("table.steps td.key")]
@@ -81,7 +82,7 @@ def test_a_failed_run_shows_its_reason_escaped_and_stops_streaming(builder_app, 
     page = builder_web.get(f"/builder/runs/{run_uuid}")
 
     assert "quota &lt;exceeded&gt;" in page.text
-    assert not page.html.find(id="builder-run").get("data-stream")
+    assert not page.html.select_one(".live-bar").get("data-stream")
     stream = builder_web.get(f"/builder/runs/{run_uuid}/stream")
     assert stream.content_type == "text/event-stream"
     assert "event: changed" in stream.text and "event: finished" in stream.text
@@ -93,6 +94,8 @@ def test_the_stream_of_a_running_run_ends_after_its_time_limit(builder_app, buil
     body = builder_web.get(f"/builder/runs/{run_uuid}/stream").text
     assert body.startswith("retry: 2000")
     assert body.count("event: changed") == 1 and "event: finished" not in body
+    # A keep-alive at every other poll, then the page is told to open a new stream.
+    assert ": keep-alive" in body and body.endswith("event: rest\ndata: {}\n\n")
 
 
 def test_a_step_finished_on_another_host_moves_the_page_of_this_one(
@@ -106,9 +109,8 @@ def test_a_step_finished_on_another_host_moves_the_page_of_this_one(
         db.session.remove()
 
     def marker() -> str:
-        return builder_web.get(f"/builder/runs/{run_uuid}").html.find(id="builder-run")[
-            "data-marker"
-        ]
+        page = builder_web.get(f"/builder/runs/{run_uuid}")
+        return page.html.select_one(".live-bar")["data-marker"]
 
     before = marker()
     with worker_host.app_context():
