@@ -152,6 +152,8 @@ class Config:
         # Proxies in front of the app that append to X-Forwarded-For / -Proto (0: none;
         # a client's own X-Forwarded-* headers are then ignored).
         self.TRUSTED_PROXY_HOPS = _int("TRUSTED_PROXY_HOPS", 0)
+        # The bearer token Prometheus sends to GET /metrics; unset, the endpoint is a 404.
+        self.METRICS_TOKEN = env.get("METRICS_TOKEN", "")
         self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60)
         self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
         self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)
