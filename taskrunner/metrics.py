@@ -7,7 +7,8 @@ names them and writes them in Prometheus' format; nothing here knows that format
 
 Everything is read when the scrape comes, from the database (and the queue backend for
 the waiting jobs), so every web worker on every host answers alike and none keeps a
-count of its own. The reads reuse the pages' definitions: the stale rules, the queues
+count of its own. The reads share one snapshot (``REPEATABLE READ`` on PostgreSQL, a
+read transaction on SQLite), so the figures of one scrape agree with each other. The reads reuse the pages' definitions: the stale rules, the queues
 page's pending units per type and their queue, the workers page's lost consumer, the
 parked deliveries of the events page, and the periodic slot claims.
 """
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta
 from flask import current_app
 from sqlalchemy import select
 
-from database import utcnow
+from database import is_sqlite, utcnow
 from taskrunner import console, delivery
 from taskrunner.ledger import (
     DURATION_BOUNDS,
@@ -81,7 +82,13 @@ class Scrape:
 def read(now: datetime | None = None) -> Scrape:
     """Everything a scrape exposes, as of ``now`` (default: the clock)."""
     now = now or utcnow()
-    reads = LedgerMetrics(ledger.session, now)
+    session = ledger.session
+    session.rollback()  # a scrape is a transaction of its own
+    if not is_sqlite(session):
+        # One snapshot for every read, as SQLite's read transaction is: a unit that
+        # settles during the scrape is counted once, in one status.
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+    reads = LedgerMetrics(session, now)
     try:
         groups = reads.run_groups()
         active = reads.active_units()
@@ -111,7 +118,7 @@ def read(now: datetime | None = None) -> Scrape:
             schedules=_schedules(),
         )
     finally:
-        ledger.session.rollback()
+        session.rollback()
 
 
 def _queues(

@@ -23,6 +23,7 @@ from tasks.presence import Board, ConsumerPresence, Presence
 from tasks.routing import routes
 from tasks.slots import claim, claims
 from tests.factories import ControlledTask
+from tests.interleave import Hold, InThread
 
 
 def live_unit_counts() -> dict[tuple[str, str], int]:
@@ -100,6 +101,39 @@ def test_units_of_closed_running_reopened_and_cancelled_runs_match_their_rows(ct
         (type_, "running"): 2,
         (type_, "cancelled"): 1,
     }
+
+
+def test_a_unit_that_settles_during_a_scrape_is_counted_once(app, controlled):
+    """The scrape reads one snapshot: a unit failing between its reads of the running
+    run's active units and of its failed ones is not both running and failed."""
+    with app.app_context():
+        dispatch = ledger.create_run(
+            controlled.type(), {}, "test", controlled.units({"units": 3}), 100
+        )
+        [first, *_] = ledger.dispatch_batch(dispatch, 0, 3)
+        claimed = ledger.claim(first, dispatch.token)
+        before = nonzero(metrics.read().units)
+        engine = db.engine
+    assert before == {(controlled.type(), "running"): 1, (controlled.type(), "pending"): 2}
+
+    def counting_failed(statement: str) -> bool:
+        return "task_run_units.task_run_id, task_run_units.status, count(*)" in statement
+
+    with Hold(engine, "scrape", counting_failed) as hold:
+        scrape = InThread(app, "scrape", metrics.read)
+        hold.wait_reached()  # it has read the run's active units
+        with app.app_context():
+            assert ledger.fail(claimed, "broke while the scrape ran")
+        hold.release()
+        read = scrape.join()
+
+    assert scrape.error is None
+    assert nonzero(read.units) == before
+    with app.app_context():
+        assert nonzero(metrics.read().units) == {
+            (controlled.type(), "failed"): 1,
+            (controlled.type(), "pending"): 2,
+        }
 
 
 def test_every_registered_type_has_every_status_even_at_zero(ctx, controlled):

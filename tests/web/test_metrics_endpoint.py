@@ -154,3 +154,19 @@ def test_only_get_is_answered(metrics_app):
     client = metrics_app.test_client()
     assert client.post("/metrics", headers=BEARER).status_code == 405
     assert client.head("/metrics", headers=BEARER).status_code == 200
+
+
+def test_two_web_hosts_answer_a_scrape_alike(make_app, controlled):
+    """Nothing is counted in a process: a host that did nothing reads what another did."""
+    busy, idle = make_app(METRICS_TOKEN=TOKEN), make_app(METRICS_TOKEN=TOKEN)
+    with busy.app_context():
+        finished_run(controlled.type(), ["a", "b", "c"], {"c": "unit c broke"})
+
+    bodies = [
+        app.test_client().get("/metrics", headers=BEARER).get_data(as_text=True)
+        for app in (busy, idle)
+    ]
+
+    # The queues' oldest pending ages are read off each host's clock: none waits here.
+    assert bodies[0] == bodies[1]
+    assert f'taskledger_units{{status="failed",type="{controlled.type()}"}} 1.0' in bodies[1]
