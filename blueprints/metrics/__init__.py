@@ -30,9 +30,14 @@ def bearer_token(header: str) -> str | None:
 
 
 def token_matches(given: str, expected: str) -> bool:
-    """Compared in constant time; digests first, so not even the length shows."""
+    """Compared in constant time; digests first, so not even the length shows.
+
+    ``given`` is a header value, its bytes read as Latin-1 (WSGI's rule): its bytes are
+    compared with the UTF-8 of the configured token.
+    """
     return hmac.compare_digest(
-        hashlib.sha256(given.encode()).digest(), hashlib.sha256(expected.encode()).digest()
+        hashlib.sha256(given.encode("latin-1", "replace")).digest(),
+        hashlib.sha256(expected.encode()).digest(),
     )
 
 

@@ -90,6 +90,18 @@ def test_the_token_is_compared_in_constant_time_on_digests(metrics_app, monkeypa
     assert compared == [(hashlib.sha256(b"short").digest(), expected), (expected, expected)]
 
 
+def test_a_token_beyond_ascii_is_compared_on_its_utf8_bytes(make_app):
+    app = make_app(METRICS_TOKEN="jeton-à-clé")
+    client = app.test_client()
+    # What a client sends on the wire is UTF-8; WSGI hands header bytes over as Latin-1.
+    wire = "Bearer " + "jeton-à-clé".encode().decode("latin-1")
+
+    assert client.get("/metrics", headers={"Authorization": wire}).status_code == 200
+    assert (
+        client.get("/metrics", headers={"Authorization": "Bearer jeton-a-cle"}).status_code == 401
+    )
+
+
 def test_a_signed_in_operator_still_needs_the_token(metrics_app, people):
     web = browser(metrics_app)
     sign_in(web, people["manager"])
