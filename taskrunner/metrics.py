@@ -8,9 +8,10 @@ names them and writes them in Prometheus' format; nothing here knows that format
 Everything is read when the scrape comes, from the database (and the queue backend for
 the waiting jobs), so every web worker on every host answers alike and none keeps a
 count of its own. The reads share one snapshot (``REPEATABLE READ`` on PostgreSQL, a
-read transaction on SQLite), so the figures of one scrape agree with each other. The reads reuse the pages' definitions: the stale rules, the queues
-page's pending units per type and their queue, the workers page's lost consumer, the
-parked deliveries of the events page, and the periodic slot claims.
+read transaction on SQLite), so the figures of one scrape agree with each other. They
+reuse the pages' definitions: the stale rules, the queues page's pending units per type
+and their queue, the workers page's lost consumer, the parked deliveries of the events
+page, and the periodic slot claims.
 """
 
 from __future__ import annotations
