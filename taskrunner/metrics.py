@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from database import is_sqlite, utcnow
 from taskrunner import console, delivery
@@ -87,8 +87,9 @@ def read(now: datetime | None = None) -> Scrape:
     session.rollback()  # a scrape is a transaction of its own
     if not is_sqlite(session):
         # One snapshot for every read, as SQLite's read transaction is: a unit that
-        # settles during the scrape is counted once, in one status.
-        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        # settles during the scrape is counted once, in one status. Said for this
+        # transaction only, so the pooled connection has nothing to reset after it.
+        session.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
     reads = LedgerMetrics(session, now)
     try:
         groups = reads.run_groups()
