@@ -99,6 +99,7 @@ def register_blueprints(app: Flask) -> None:
     from blueprints.backoffice import bp as backoffice
     from blueprints.builder import bp as builder
     from blueprints.health import bp as health
+    from blueprints.metrics import bp as metrics
     from blueprints.problems import refuse_long_request_target
     from blueprints.tenant_api import bp as tenant_api
     from blueprints.tenant_api.document import bp as tenant_api_document
@@ -112,6 +113,7 @@ def register_blueprints(app: Flask) -> None:
     for blueprint in (auth, backoffice, api):
         app.register_blueprint(blueprint)
     app.register_blueprint(health)
+    app.register_blueprint(metrics)
     app.register_blueprint(tenant_api)
     app.register_blueprint(tenant_api_document)
     app.register_blueprint(builder)

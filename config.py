@@ -162,6 +162,8 @@ class Config:
         self.TRUSTED_HOSTS = [
             host.strip() for host in env.get("TRUSTED_HOSTS", "").split(",") if host.strip()
         ] or None
+        # The bearer token Prometheus sends to GET /metrics; unset, the endpoint is a 404.
+        self.METRICS_TOKEN = env.get("METRICS_TOKEN", "")
         self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60)
         self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
         self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)

@@ -12,7 +12,9 @@ timed around the request (routing, permission check, queries, template): the
 run list (first page, and a page 5,000 runs deep), the detail of the
 100,000-unit run, the stale units across runs, the run's error groups and the
 overview strip (units finished per minute and per hour over the last day). Every
-page also draws the navigation's attention badges.
+page also draws the navigation's attention badges. A Prometheus scrape of ``GET
+/metrics`` is timed the same way (with its bearer token, no sign-in), and the plans of
+every statement a scrape runs are checked for a sequential scan of ``task_run_units``.
 
 Database ``BENCH_PAGES_DATABASE_URL`` (default ``…/bench_pages``, created and
 reset by the benchmark). Run alone: ``python -m bench.bench_pages [--quick]``;
@@ -30,11 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 from harness import build_app, ensure_postgres_database, reset_postgres_schema
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_pages"
+METRICS_TOKEN = "bench-metrics"
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_pages.json"
 TYPES = (
     "payments.monthly_statements",
@@ -218,6 +221,7 @@ class PagesBench:
                 "SECRET_KEY": "bench",
                 "WTF_CSRF_ENABLED": False,
                 "LOG_FILE": f"{folder}/log",
+                "METRICS_TOKEN": METRICS_TOKEN,
             }
         )
         began = time.perf_counter()
@@ -315,6 +319,38 @@ class PagesBench:
                     "ok": None,
                 }
             )
+        # Prometheus has no session: its own client, with the bearer token only.
+        prometheus = app.test_client()
+        scrape = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+        samples = self.time_page(prometheus, "/metrics", scrape)
+        figures.append(
+            {
+                "name": "GET /metrics, a Prometheus scrape p95",
+                "value": round(percentile(samples, 0.95), 1),
+                "unit": "ms",
+                "target": "<= 100",
+                "ok": percentile(samples, 0.95) <= 100,
+            }
+        )
+        figures.append(
+            {
+                "name": "GET /metrics, a Prometheus scrape p50",
+                "value": round(statistics.median(samples), 1),
+                "unit": "ms",
+                "target": "",
+                "ok": None,
+            }
+        )
+        statements, scans = scrape_plans(app, prometheus, scrape)
+        figures.append(
+            {
+                "name": "GET /metrics: sequential scans of task_run_units in its plans",
+                "value": scans,
+                "unit": "",
+                "target": "= 0",
+                "ok": scans == 0,
+            }
+        )
         figures.append(
             {
                 "name": "per-minute roll-up of 25 h (periodic, once a minute)",
@@ -328,21 +364,56 @@ class PagesBench:
             f"PostgreSQL, {self.runs:,} runs / {self.units:,} units (filled in "
             f"{fill_seconds:.1f} s); {self.requests} signed-in requests per page through "
             "the Flask test client, timed around each request after 3 warm-ups; load "
-            f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end."
+            f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end. "
+            f"A scrape of GET /metrics sends {statements} SELECT statements."
         )
         return {"figures": figures, "notes": notes}
 
-    def time_page(self, client, path: str) -> list[float]:
+    def time_page(self, client, path: str, headers: dict[str, str] | None = None) -> list[float]:
         for _ in range(3):
-            response = client.get(path)
+            response = client.get(path, headers=headers)
             assert response.status_code == 200, (path, response.status_code)
         samples = []
         for _ in range(self.requests):
             began = time.perf_counter()
-            response = client.get(path)
+            response = client.get(path, headers=headers)
             samples.append((time.perf_counter() - began) * 1000)
             assert response.status_code == 200, (path, response.status_code)
         return samples
+
+
+def scrape_plans(app, client, headers: dict[str, str]) -> tuple[int, int]:
+    """(statements, sequential scans of task_run_units) of one scrape's query plans.
+
+    Each statement the scrape sends is explained again with its own parameters.
+    """
+    from extensions import db
+
+    sent: list[tuple[str, Any]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            sent.append((statement, parameters))
+
+    with app.app_context():
+        engine = db.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        assert client.get("/metrics", headers=headers).status_code == 200
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    scans = 0
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        for statement, parameters in sent:
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            scans += plan.count("Seq Scan on task_run_units")
+        raw.rollback()
+    finally:
+        raw.close()
+    return len(sent), scans
 
 
 def run(quick: bool = False) -> dict[str, Any]:

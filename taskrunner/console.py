@@ -16,6 +16,7 @@ from flask import current_app
 from sqlalchemy import select
 
 from database import iso, utcnow
+from taskrunner.dispatch import queue_for
 from taskrunner.ledger import is_uuid, ledger
 from taskrunner.registry import registry
 from taskrunner.reports import run_summary
@@ -98,7 +99,7 @@ def queue_of(type_: str) -> str:
     """The queue a run type's units go to (a single tracked job: its job's queue)."""
     definition = registry.find(type_)
     if definition is not None:
-        return definition.options().queue
+        return queue_for(type_, definition.options())
     spec = routes.jobs.get(type_)
     if spec is not None and spec.queue:
         return spec.queue

@@ -7,8 +7,8 @@ functions returned by ``make_job``; the runner wraps them in its tracking
 wrapper. Jobs of a module's own (``job``, ``tracked_job``) are declared here too,
 and return a handle to enqueue them by. The operator surfaces (the backoffice
 pages, the JSON API, the demo seed) read and act through ``operations``, the
-runner's read and operations service. Everything else in ``taskrunner`` (and
-the Huey wiring in ``tasks``) is internal.
+runner's read and operations service; ``GET /metrics`` reads through ``metrics``.
+Everything else in ``taskrunner`` (and the Huey wiring in ``tasks``) is internal.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from huey import crontab
 
-from taskrunner import events, operations, redaction, tenant_scope
+from taskrunner import events, metrics, operations, redaction, tenant_scope
 from taskrunner.ledger import ledger
 from taskrunner.redaction import bounded, redact, store_reason
 from taskrunner.registry import registry
@@ -66,6 +66,7 @@ __all__ = [
     "bounded",
     "crontab",
     "job",
+    "metrics",
     "on_signal",
     "operations",
     "periodic",

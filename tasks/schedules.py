@@ -21,12 +21,30 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 HUEY_TICK_SECONDS = 60
 # Slots owed after a stall (a suspended host, a stopped scheduler): the newest few only,
 # each sweep catches up on what came before it.
 CATCH_UP_SLOTS = 2
+# How far ahead a crontab's next minute is looked for: a year and a day (a 29 February).
+CRON_HORIZON_MINUTES = 366 * 24 * 60 + 24 * 60
+
+
+@lru_cache(maxsize=256)
+def _next_cron_minute(crontab: Callable[[datetime], bool], after: datetime) -> datetime | None:
+    """The first minute after ``after`` that ``crontab`` matches (None: none within a year).
+
+    A crontab is a predicate, so the minutes are tried one by one: a monthly schedule
+    costs some 45,000 tries, once per (schedule, moment) in a process.
+    """
+    minute = after.replace(second=0, microsecond=0)
+    for _ in range(CRON_HORIZON_MINUTES):
+        minute += timedelta(minutes=1)
+        if crontab(minute):
+            return minute
+    return None
 
 
 @dataclass(frozen=True)
@@ -54,6 +72,10 @@ class Cron:
                 found.insert(0, minute)
             minute -= timedelta(minutes=1)
         return found
+
+    def first_after(self, moment: datetime, config: Mapping[str, Any]) -> datetime | None:
+        """The first slot that begins after ``moment`` (None: none within a year)."""
+        return _next_cron_minute(self.crontab, moment)
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,13 @@ class Every:
             found.insert(0, start)
             start -= timedelta(seconds=seconds)
         return found
+
+    def first_after(self, moment: datetime, config: Mapping[str, Any]) -> datetime:
+        """The first slot that begins after ``moment``."""
+        seconds = self.period(config)
+        epoch = moment.replace(tzinfo=UTC).timestamp()
+        start = epoch - epoch % seconds + seconds
+        return datetime.fromtimestamp(start, UTC).replace(tzinfo=None)
 
 
 Schedule = Cron | Every

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import DateTime, Row, String, delete, select
+from sqlalchemy import DateTime, Row, String, delete, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -85,3 +86,23 @@ def claims(name: str, since: datetime | None = None) -> list[Row]:
     rows = list(db.session.execute(stmt.order_by(PeriodicSlot.slot)))
     db.session.rollback()
     return rows
+
+
+def last_claims(names: Iterable[str]) -> dict[str, Row]:
+    """The newest claimed slot of each of ``names`` that ran: ``name``, ``slot``, ``claimed_at``.
+
+    One statement of one short look per name down the primary key (``name``, ``slot``),
+    newest first: the table holds a week of every schedule's slots.
+    """
+    looks = [
+        select(PeriodicSlot.name, PeriodicSlot.slot, PeriodicSlot.claimed_at)
+        .where(PeriodicSlot.name == name)
+        .order_by(PeriodicSlot.slot.desc())
+        .limit(1)
+        .subquery()
+        .select()
+        for name in names
+    ]
+    if not looks:
+        return {}
+    return {row.name: row for row in db.session.execute(union_all(*looks))}

@@ -15,6 +15,13 @@ from taskrunner.ledger.attention import Attention, AttentionReads, Bucket, Throu
 from taskrunner.ledger.errors import ErrorGroup, ErrorReads, folded_reason, normalize_reason
 from taskrunner.ledger.fleet import FleetReads
 from taskrunner.ledger.hot import forget_cached_runs, release_hot_connection
+from taskrunner.ledger.metrics import (
+    DURATION_BOUNDS,
+    ActiveUnits,
+    Durations,
+    LedgerMetrics,
+    stale_counts,
+)
 from taskrunner.ledger.operations import OperatorActions
 from taskrunner.ledger.prune import Pruning
 from taskrunner.ledger.records import EXPIRED, Claim, Dispatch, PruneReport, RunInfo, Settled
@@ -51,15 +58,19 @@ class TaskRunLedger(
 ledger = TaskRunLedger()
 
 __all__ = [
+    "DURATION_BOUNDS",
     "EXPIRED",
     "RUN_STATUSES",
     "UNIT_STATUSES",
+    "ActiveUnits",
     "Attention",
     "Bucket",
     "Claim",
     "Dispatch",
+    "Durations",
     "ErrorGroup",
     "InvalidCursor",
+    "LedgerMetrics",
     "Page",
     "PruneReport",
     "RunInfo",
@@ -72,5 +83,6 @@ __all__ = [
     "is_uuid",
     "ledger",
     "normalize_reason",
+    "stale_counts",
     "release_hot_connection",
 ]

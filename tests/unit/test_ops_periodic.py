@@ -5,12 +5,21 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta
 
+from huey import crontab
+
 import coursebuilder.setup  # noqa: F401 - declares the builder's recovery
 import payments.statements  # noqa: F401 - declares the monthly statements
 import tasks.periodic  # noqa: F401 - declares the runner's schedules
 from config import Config
 from tasks.routing import routes
-from tasks.schedules import CATCH_UP_SLOTS, HUEY_TICK_SECONDS, DueSlots, Every, tick_seconds
+from tasks.schedules import (
+    CATCH_UP_SLOTS,
+    HUEY_TICK_SECONDS,
+    Cron,
+    DueSlots,
+    Every,
+    tick_seconds,
+)
 
 DEFAULTS = Config().as_dict()
 
@@ -50,6 +59,26 @@ def test_pruning_runs_once_a_day_and_statements_once_a_month():
         date(2026, 2, 1),
         date(2026, 3, 1),
     ]
+
+
+def test_the_slot_after_each_slot_is_the_next_one_the_scheduler_fires():
+    """What the metrics call a schedule's next due slot (after its newest run)."""
+    for name, days in (
+        ("taskrunner.detect_stuck", 1),
+        ("taskrunner.prune", 3),
+        ("payments.monthly_statements", 62),
+    ):
+        schedule = routes.periodic[name].schedule
+        fired = firings(name, days=days)
+        after = [schedule.first_after(slot, DEFAULTS) for slot in fired]
+        assert after[:-1] == fired[1:], name
+        # Between two slots, too: the next one is the one still to come.
+        assert schedule.first_after(fired[0] + timedelta(seconds=1), DEFAULTS) == fired[1]
+
+
+def test_a_crontab_that_never_matches_has_no_next_slot():
+    never = Cron(crontab(month="2", day="30"))
+    assert never.first_after(datetime(2026, 1, 1), DEFAULTS) is None
 
 
 def test_the_scheduler_looks_as_often_as_the_shortest_period():

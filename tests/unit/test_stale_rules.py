@@ -1,8 +1,9 @@
-"""The stale rules, defined once: one run's pages, the pages across runs, the badges and the
-sweep judge the same units the same way, at the moment they are given."""
+"""The stale rules, defined once: one run's pages, the pages across runs, the badges, the
+metrics and the sweep judge the same units the same way, at the moment they are given."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime, timedelta
 
 import pytest
@@ -10,12 +11,14 @@ from sqlalchemy import update
 
 from database import utcnow
 from extensions import db
-from taskrunner import runner
+from taskrunner import metrics, runner
 from taskrunner.ledger import ledger
+from taskrunner.ledger.stale_rules import NEVER_STARTED, RUNNING_TOO_LONG, WORKER_LOST
 from taskrunner.models import TaskRunUnit
 
 HEARTBEAT_LOST = timedelta(seconds=3 * 30)  # three missed beats of the tests' 30 s interval
 STUCK_AFTER = timedelta(minutes=30)  # the controlled type's stuck_after_minutes
+STALE_REASONS = (WORKER_LOST, RUNNING_TOO_LONG, NEVER_STARTED)
 
 
 @pytest.fixture
@@ -62,6 +65,8 @@ def agree(run_uuid: str, now: datetime, expected: dict[str, str]) -> None:
     assert ledger.stale_counts_by_run(now) == (
         [(run.uuid, run.type, len(expected))] if expected else []
     )
+    per_reason = Counter(expected.values())
+    assert metrics.read(now).stale_units == {r: per_reason[r] for r in STALE_REASONS}
 
 
 def test_nothing_is_stale_at_the_moment_the_units_were_claimed(started):
