@@ -682,11 +682,11 @@ class ClusterScenario:
         report = self.report
         collected = utcnow()
         with self.app.app_context():
-            run = ledger.get_run(run_uuid)
+            run = ledger.runs.get_run(run_uuid)
             report.status = run.status
             report.snapshot_completed = run.units_completed
-            report.run_completed_events = ledger.count_events("tasks.run.completed", run)
-            report.run_failed_events = ledger.count_events("tasks.run.failed", run)
+            report.run_completed_events = ledger.runs.count_events("tasks.run.completed", run)
+            report.run_failed_events = ledger.runs.count_events("tasks.run.failed", run)
             rows = db.session.execute(
                 db.select(
                     TaskRunUnit.id,

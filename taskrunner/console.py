@@ -47,7 +47,7 @@ def consumers() -> dict[str, Any]:
             match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
             if match:
                 unit_ids.append(int(match.group(1)))
-    units = ledger.units_by_ids(unit_ids)
+    units = ledger.fleet.units_by_ids(unit_ids)
     items = []
     for row in rows:
         live = row.heartbeat_at >= lost_before
@@ -117,10 +117,10 @@ def waiting_count(name: str) -> int | None:
 def queues() -> dict[str, Any]:
     """Per queue: waiting jobs, the oldest waiting unit, running, settled per minute/hour."""
     now = utcnow()
-    active = ledger.active_by_type()
-    throughput = ledger.finished_by_type(now)
+    active = ledger.fleet.active_by_type()
+    throughput = ledger.throughput.finished_by_type(now)
     finished = throughput["types"]
-    paused = ledger.paused_types()
+    paused = ledger.actions.paused_types()
     blank = {
         "running": 0,
         "pending_units": 0,
@@ -188,13 +188,13 @@ def search(query: str, limit: int = 20) -> dict[str, Any]:
     text = query.strip()
     if not text:
         return {"query": "", "exact_run": None, "runs": [], "units": [], "errors": []}
-    runs = ledger.search_runs(text, limit)
+    runs = ledger.fleet.search_runs(text, limit)
     result = {
         "query": text,
         "exact_run": runs[0].uuid if len(runs) == 1 and is_uuid(text.lower()) else None,
         "runs": [run_summary(run) for run in runs],
-        "units": ledger.search_unit_keys(text, limit),
-        "errors": ledger.search_errors(text, limit),
+        "units": ledger.fleet.search_unit_keys(text, limit),
+        "errors": ledger.fleet.search_errors(text, limit),
     }
     ledger.session.rollback()
     return result

@@ -97,7 +97,7 @@ def start_run(
 
 def unit_in_flight(type_: str, unit_key: str) -> bool:
     """Whether a unit with this key is pending or running in a running run of ``type_``."""
-    return ledger.unit_in_flight(type_, unit_key)
+    return ledger.runs.unit_in_flight(type_, unit_key)
 
 
 def tracked_job(

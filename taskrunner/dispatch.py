@@ -79,7 +79,7 @@ def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
     expires = timedelta(seconds=horizon_seconds())
     sent, after = 0, 0
     while True:
-        ids = ledger.dispatch_batch(dispatch, after, chunk)
+        ids = ledger.transitions.dispatch_batch(dispatch, after, chunk)
         if not ids:
             return sent
         enqueue_many(

@@ -81,7 +81,7 @@ class Heartbeat:
                 continue
             try:
                 with app.app_context():
-                    ledger.heartbeat(units)
+                    ledger.transitions.heartbeat(units)
             except Exception:
                 logger.exception("Heartbeat of %d units failed", len(units))
 

@@ -59,7 +59,7 @@ def run_unit(
     if options and options.rate_per_minute:
         # A duplicated or superseded job must not spend a slot the live ones need. The
         # check is the gate's first read: a lost connection retries it, never drops the job.
-        if not _at_gate(unit_id, lambda: ledger.pending_with(unit_id, token)):
+        if not _at_gate(unit_id, lambda: ledger.transitions.pending_with(unit_id, token)):
             return
         # Raises RateLimitExceeded before the gate: Huey reschedules the job for the
         # next window without consuming a try, and the unit stays pending.
@@ -90,20 +90,20 @@ def _settle(claim: Claim, reason: str | None) -> bool | None:
     always checks.
     """
     if reason is None:
-        outcome = ledger.complete_and_look(claim)
+        outcome = ledger.transitions.complete_and_look(claim)
         if not outcome.settled:
             return None
         if outcome.maybe_last:
-            ledger.finalize(claim.run.id)
+            ledger.transitions.finalize(claim.run.id)
         return True
-    if not ledger.fail(claim, reason):
+    if not ledger.transitions.fail(claim, reason):
         return None
-    ledger.finalize(claim.run.id)
+    ledger.transitions.finalize(claim.run.id)
     return True
 
 
 def _claim(unit_id: int, token: str) -> Claim | None:
-    return _at_gate(unit_id, lambda: ledger.claim(unit_id, token))
+    return _at_gate(unit_id, lambda: ledger.transitions.claim(unit_id, token))
 
 
 def _at_gate(unit_id: int, statement: Callable[[], T]) -> T:
@@ -160,9 +160,9 @@ def _time_limit(definition: TaskDefinition) -> AbstractContextManager[None]:
 
 
 def _expire(unit_id: int, token: str) -> None:
-    run_id = ledger.expire(unit_id, token)
+    run_id = ledger.sweeps.expire(unit_id, token)
     if run_id is not None:
-        ledger.finalize(run_id)
+        ledger.transitions.finalize(run_id)
 
 
 @on_signal(signals.SIGNAL_EXPIRED)
@@ -187,9 +187,9 @@ def handed_back(signal: str, task, queue: str) -> None:
     if task.name != RUN_UNIT:
         return
     run_id, unit_id, token, horizon = task.args
-    handed = ledger.hand_back(unit_id, token)
+    handed = ledger.transitions.hand_back(unit_id, token)
     if handed is None:
-        ledger.finalize(run_id)
+        ledger.transitions.finalize(run_id)
         return
     new_token, type_ = handed
     definition = registry.find(type_)

@@ -132,7 +132,7 @@ class StaleUnits:
 def find_run(run_uuid: str) -> TaskRun | None:
     """The run with this uuid (any case); None for a malformed or unknown one."""
     lowered = run_uuid.lower()
-    return ledger.find_run(lowered) if is_uuid(lowered) else None
+    return ledger.runs.find_run(lowered) if is_uuid(lowered) else None
 
 
 def retry_allowed(run: TaskRun) -> bool:
@@ -148,23 +148,23 @@ def runs_page(
     failed_recently: bool = False,
 ) -> Page:
     """Runs newest first, filtered; raises ``InvalidCursor``."""
-    return ledger.runs_page(
+    return ledger.runs.runs_page(
         limit=limit, cursor=cursor, type_=type_, status=status, failed_recently=failed_recently
     )
 
 
 def run_list(page: Page, type_: str | None = None) -> RunList:
     """The run list's columns for a page of ``runs_page``."""
-    retried = ledger.retried_runs(page.items)
+    retried = ledger.attention.retried_runs(page.items)
     return RunList(
         page=page,
-        counts=ledger.live_counts(page.items),
-        stale=ledger.stale_per_run(page.items),
+        counts=ledger.runs.live_counts(page.items),
+        stale=ledger.attention.stale_per_run(page.items),
         retried=retried,
         # Only a retried run has idle time (closed, waiting for the retry).
-        idle=ledger.idle_by_run(list(retried)),
-        paused=set(ledger.paused_types()),
-        types=ledger.run_types(type_),
+        idle=ledger.attention.idle_by_run(list(retried)),
+        paused=set(ledger.actions.paused_types()),
+        types=ledger.runs.run_types(type_),
     )
 
 
@@ -176,56 +176,56 @@ def run_units(
     stale_only: bool = False,
 ) -> Page:
     """A run's units in order, with their stale reasons; raises ``InvalidCursor``."""
-    return ledger.run_units_page(
+    return ledger.runs.run_units_page(
         run, status=status, stale_only=stale_only, limit=limit, cursor=cursor
     )
 
 
 def run_detail(run: TaskRun, cap: int = DETAIL_CAP, events: int = DETAIL_CAP) -> RunDetail:
     """Everything the run page and the run's JSON show, with lists capped at ``cap``."""
-    counts = ledger.run_counts(run)
+    counts = ledger.runs.run_counts(run)
     return RunDetail(
         run=run,
         counts=counts,
         failed=run_units(run, status="failed", limit=cap) if counts["failed"] else None,
         skipped=run_units(run, status="skipped", limit=cap) if counts["skipped"] else None,
         stale=run_units(run, stale_only=True, limit=cap) if counts["stale"] else None,
-        events=ledger.run_events(run, limit=events),
-        actions=ledger.run_actions(run),
+        events=ledger.runs.run_events(run, limit=events),
+        actions=ledger.runs.run_actions(run),
         parked=delivery.parked(run_id=run.id, limit=cap),
-        idle=ledger.idle_seconds(run),
-        paused=ledger.is_paused(run.type),
+        idle=ledger.attention.idle_seconds(run),
+        paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
     )
 
 
 def run_events(run: TaskRun, limit: int = 200) -> list[dict[str, Any]]:
     """A run's events, newest first."""
-    return ledger.run_events(run, limit=limit)
+    return ledger.runs.run_events(run, limit=limit)
 
 
 def unit_detail(run: TaskRun, unit_key: str) -> UnitDetail | None:
-    found = ledger.find_unit(run, unit_key)
+    found = ledger.runs.find_unit(run, unit_key)
     if found is None:
         return None
     return UnitDetail(
         run=run,
         unit=found,
-        events=ledger.unit_events(run, found["unit_key"]),
-        paused=ledger.is_paused(run.type),
+        events=ledger.runs.unit_events(run, found["unit_key"]),
+        paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
     )
 
 
 def error_groups(run: TaskRun) -> list[ErrorGroup]:
     """Failed units grouped by their redacted reason, biggest group first."""
-    return ledger.error_groups(run)
+    return ledger.errors.error_groups(run)
 
 
 def stale_units(limit: int = 100, cursor: str | None = None) -> StaleUnits:
     """Stale units across running runs, oldest first; raises ``InvalidCursor``."""
-    page = ledger.stale_units_page(limit=limit, cursor=cursor)
-    return StaleUnits(page, ledger.stale_counts_by_run() if page.items else [])
+    page = ledger.fleet.stale_units_page(limit=limit, cursor=cursor)
+    return StaleUnits(page, ledger.fleet.stale_counts_by_run() if page.items else [])
 
 
 def unit_history(
@@ -235,23 +235,25 @@ def unit_history(
     cursor: str | None = None,
 ) -> Page:
     """One unit key's or one tenant's units across runs, newest first."""
-    return ledger.unit_history(unit_key=unit_key, tenant_id=tenant_id, limit=limit, cursor=cursor)
+    return ledger.fleet.unit_history(
+        unit_key=unit_key, tenant_id=tenant_id, limit=limit, cursor=cursor
+    )
 
 
 def failure_streak(history: list[dict[str, Any]]) -> int:
     """How many of the newest terminal outcomes of a history failed in a row."""
-    return ledger.failure_streak(history)
+    return ledger.fleet.failure_streak(history)
 
 
 # -- the console: badges, throughput, workers, queues, search, parked events -------------
 
 
 def attention() -> Attention:
-    return ledger.attention()
+    return ledger.attention.attention()
 
 
 def throughput() -> Throughput:
-    return ledger.throughput()
+    return ledger.throughput.read()
 
 
 def consumers() -> dict[str, Any]:
@@ -291,20 +293,20 @@ def _released(read: Callable[[], Any]) -> Any:
 
 def runs_marker(run_ids: list[int]) -> str:
     """What moves when one of these runs (or the set of runs) changes."""
-    return _released(lambda: f"{ledger.newest_run_id()}|{ledger.live_marker(run_ids)}")
+    return _released(lambda: f"{ledger.runs.newest_run_id()}|{ledger.runs.live_marker(run_ids)}")
 
 
 def run_marker(run_id: int) -> str:
-    return _released(lambda: ledger.live_marker([run_id]))
+    return _released(lambda: ledger.runs.live_marker([run_id]))
 
 
 def run_state(run_id: int) -> tuple[str, datetime | None]:
     """A run's status and finish time ("gone" once pruned)."""
-    return _released(lambda: ledger.run_state(run_id))
+    return _released(lambda: ledger.runs.run_state(run_id))
 
 
 def run_ids_of(uuids: list[str]) -> list[int]:
-    return ledger.run_ids_of(uuids)
+    return ledger.runs.run_ids_of(uuids)
 
 
 # -- operator actions (the runner's services, recorded with who and where) -------------
@@ -317,7 +319,7 @@ def count_retryable(
     unit_keys: list[str] | None = None,
 ) -> int:
     """How many units a retry with these arguments would re-dispatch (the confirm count)."""
-    return ledger.count_retryable(run, failed_only, reason=reason, unit_keys=unit_keys)
+    return ledger.actions.count_retryable(run, failed_only, reason=reason, unit_keys=unit_keys)
 
 
 def retry(
@@ -334,7 +336,7 @@ def retry(
 
 
 def count_cancellable(run: TaskRun) -> int:
-    counts = ledger.run_counts(run)
+    counts = ledger.runs.run_counts(run)
     return counts["pending"] + counts["running"]
 
 
@@ -345,7 +347,7 @@ def cancel(run_uuid: str, actor: Actor) -> int:
 
 def stale_by_run() -> list[tuple[str, str, int]]:
     """(run uuid, type, stale units) of every running run with stale units."""
-    return ledger.stale_counts_by_run()
+    return ledger.fleet.stale_counts_by_run()
 
 
 def retry_stale(actor: Actor) -> tuple[int, list[str]]:
@@ -358,7 +360,7 @@ def is_registered(type_: str) -> bool:
 
 def count_pending_of_type(type_: str) -> int:
     """Pending units of a type's running runs (what a pause holds back or a resume sends)."""
-    return ledger.count_pending_of_type(type_)
+    return ledger.fleet.count_pending_of_type(type_)
 
 
 def pause(type_: str, actor: Actor) -> bool:

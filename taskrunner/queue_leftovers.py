@@ -58,7 +58,7 @@ def _clear_queue(huey: Any, finished_runs: set[str], finished_dispatches: set[st
             if _window_passed(huey, key):
                 doomed.append(key)
     if unit_keys:
-        live = ledger.live_unit_tokens(unit_keys)
+        live = ledger.transitions.live_unit_tokens(unit_keys)
         for pair, names in unit_keys.items():
             if pair not in live:
                 doomed.extend(names)

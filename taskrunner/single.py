@@ -90,7 +90,7 @@ def tracked_job(
 def execute_attempt(
     type_: str, unit: TaskUnit, task: Any, call: Callable[[], Any], initiator: str
 ) -> Any:
-    claim = ledger.begin_single_attempt(type_, unit, task.id, initiator)
+    claim = ledger.single_jobs.begin_single_attempt(type_, unit, task.id, initiator)
     if claim is None:
         logger.info("Dispatch %s of %s already settled; nothing to do", task.id, type_)
         return None
@@ -114,19 +114,19 @@ def execute_attempt(
                 unit.key,
                 reason,
             )
-            ledger.release_attempt(claim, reason)
+            ledger.single_jobs.release_attempt(claim, reason)
             _raise_to_huey(exc)
         logger.exception(
             "%s (%s) failed for good after %d attempts", type_, unit.key, claim.attempts
         )
-        if ledger.fail(claim, reason):
-            ledger.finalize(claim.run.id)
+        if ledger.transitions.fail(claim, reason):
+            ledger.transitions.finalize(claim.run.id)
         if task.retries:
             # A permanent error: Huey must not spend the retries that are left.
             raise CancelExecution(retry=False) from exc
         _raise_to_huey(exc)
-    if ledger.complete(claim):
-        ledger.finalize(claim.run.id)
+    if ledger.transitions.complete(claim):
+        ledger.transitions.finalize(claim.run.id)
     return result
 
 
@@ -142,6 +142,6 @@ def interrupted(signal: str, task: Any, queue: str) -> None:
     """A consumer stopped mid-attempt: enqueue the same dispatch again, its run re-found."""
     if task.name not in current_app.extensions[TRACKED]:
         return
-    ledger.release_interrupted_single(task.name, task.id)
+    ledger.single_jobs.release_interrupted_single(task.name, task.id)
     queues().huey(queue).enqueue(task)
     logger.warning("Attempt of %s (%s) handed back on shutdown", task.name, task.id)

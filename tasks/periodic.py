@@ -21,9 +21,9 @@ logger = logging.getLogger(__name__)
 @periodic("taskrunner.relay_events", Every("TASK_RUNNER_RELAY_SECONDS"), timeout=120)
 def relay_events() -> None:
     """Deliver outbox events a crashed process left undelivered; retry refused deliveries."""
-    from taskrunner.ledger import ledger
+    from taskrunner import delivery
 
-    count = ledger.relay_events()
+    count = delivery.relay()
     if count:
         logger.info("Relayed %d undelivered events", count)
 
@@ -34,7 +34,7 @@ def detect_stuck() -> None:
     """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""
     from taskrunner.ledger import ledger
 
-    ledger.mark_stuck()
+    ledger.sweeps.mark_stuck()
 
 
 @periodic("taskrunner.roll_throughput", Every("TASK_RUNNER_THROUGHPUT_SECONDS"), timeout=120)
@@ -42,13 +42,13 @@ def roll_throughput() -> None:
     """Units settled per minute and type, for the queues page: the minutes just ended."""
     from taskrunner.ledger import ledger
 
-    ledger.roll_throughput()
+    ledger.throughput.roll()
 
 
 @periodic("taskrunner.prune", Cron(crontab(minute="17", hour="3")), timeout=1800)
 def prune() -> None:
     """Daily: delete terminal runs older than the retention, and the queues' leftovers."""
-    from taskrunner.runner import Actor
+    from taskrunner.ledger import Actor
     from taskrunner.runner import prune as prune_runs
 
     report = prune_runs(actor=Actor("schedule"))

@@ -26,7 +26,7 @@ from flask import current_app
 from sqlalchemy import and_, case, literal, or_, select
 from sqlalchemy.orm import Session
 
-from taskrunner.ledger.records import ACTIVE
+from taskrunner.ledger.records import ACTIVE, not_deleted
 from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.registry import registry
 from taskrunner.types import RunStatus, UnitStatus
@@ -117,8 +117,7 @@ def stale_in_running_runs(cut: StaleCutoffs) -> tuple[Any, ...]:
     what the badges, the stale page and the per-run counts show."""
     return (
         TaskRun.status == RunStatus.RUNNING,
-        TaskRun.deleted_at.is_(None),
-        TaskRunUnit.deleted_at.is_(None),
+        not_deleted(TaskRun, TaskRunUnit),
         stale_filter(cut),
     )
 

@@ -84,7 +84,7 @@ def served(app):
 
 def run_status(app, run_uuid: str) -> str:
     with app.app_context():
-        status = ledger.get_run(run_uuid).status
+        status = ledger.runs.get_run(run_uuid).status
         ledger.session.remove()
         return status
 
@@ -287,12 +287,12 @@ def test_an_operator_on_call_finds_what_failed_retries_it_and_watches_it_finish_
     audit(page, "run-detail-finished")
     assert run_status(app, run_uuid) == "completed_with_failures"
     with app.app_context():
-        run = ledger.get_run(run_uuid)
-        failed = ledger.run_units_page(run, status="failed").items
+        run = ledger.runs.get_run(run_uuid)
+        failed = ledger.runs.run_units_page(run, status="failed").items
         assert {u["unit_key"]: u["attempts"] for u in failed} == {
             f"probe-{i}": 2 for i in (5, 7, 10, 14, 15, 20, 21)
         }
-        [action] = ledger.run_actions(run)
+        [action] = ledger.runs.run_actions(run)
         assert (action.action, action.actor, action.source) == (
             "retry",
             "operator@example.com",

@@ -109,7 +109,7 @@ def test_a_vendor_failing_probe_leaves_no_secret_anywhere_and_refs_find_the_log_
     assert started.returncode == 0, started.stderr
     run_uuid = started.stdout.decode().strip().splitlines()[-1]
     with app.app_context():
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         assert run.status == RunStatus.COMPLETED_WITH_FAILURES, started.stderr
         vendor = db.session.execute(
             select(TaskRunUnit.unit_key, TaskRunUnit.last_error).where(

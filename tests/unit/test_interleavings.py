@@ -88,10 +88,10 @@ def test_two_first_attempts_of_one_single_tracked_job_open_one_run(race_app):
 
         assert [r.error for r in racers] == [None, None]
         db.session.rollback()
-        assert len(ledger.single_runs("tests.single", unit.key)) == 1
+        assert len(ledger.single_jobs.single_runs("tests.single", unit.key)) == 1
         assert claims[0].run.uuid == claims[1].run.uuid
         # Huey's next retry of the same dispatch finds that one run.
-        later = ledger.begin_single_attempt(*attempt_args)
+        later = ledger.single_jobs.begin_single_attempt(*attempt_args)
         assert later.run.uuid == claims[0].run.uuid and later.attempts == 3
         db.session.rollback()
 

@@ -51,7 +51,7 @@ from sqlalchemy.exc import OperationalError
 from database import utcnow
 from dlp.masker import mask
 from extensions import db
-from taskrunner import events, runner
+from taskrunner import delivery, events, runner
 from taskrunner.contract import (
     TERMINAL_RUN,
     Refused,
@@ -344,7 +344,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.queued.remove(task)
         self.delivered.append(task)
         _run_id, unit_id, token, _horizon = task.args
-        claimed = ledger.claim(unit_id, token)
+        claimed = ledger.transitions.claim(unit_id, token)
         unit = self.passes_gate(task)
         assert (claimed is not None) == (unit is not None)
         if unit is not None:
@@ -367,7 +367,7 @@ class LedgerMachine(RuleBasedStateMachine):
         run, unit = self.owner(task)
         if mid_job:
             _run_id, unit_id, token, _horizon = task.args
-            ledger.claim(unit_id, token)
+            ledger.transitions.claim(unit_id, token)
             self.passes_gate(task)
         handed_back(signals.SIGNAL_INTERRUPTED, task, "tasks")
         if unit is not None and unit.status in ("pending", "running"):
@@ -460,7 +460,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.sweep()
 
     def sweep(self) -> None:
-        ledger.mark_stuck()
+        ledger.sweeps.mark_stuck()
         for run in self.runs.values():
             if run.pruned or run.status != "running":
                 continue
@@ -480,7 +480,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule()
     def relay(self) -> None:
         self.explored("relay events")
-        ledger.relay_events(older_than_seconds=0)
+        delivery.relay(older_than_seconds=0)
 
     @precondition(lambda self: self.runs)
     @rule()
@@ -543,11 +543,11 @@ class LedgerMachine(RuleBasedStateMachine):
                 if run.frozen_units is None:
                     run.frozen_units = frozen
                 assert frozen == run.frozen_units, f"{run.tag}: units changed after its close"
-            closes = ledger.count_events("tasks.run.completed", row) + ledger.count_events(
-                "tasks.run.failed", row
-            )
+            closes = ledger.runs.count_events(
+                "tasks.run.completed", row
+            ) + ledger.runs.count_events("tasks.run.failed", row)
             assert closes == run.closes, f"{run.tag}: {closes} close events, {run.closes} closes"
-            assert ledger.count_events("tasks.unit.stuck", row) == run.stuck_events
+            assert ledger.runs.count_events("tasks.unit.stuck", row) == run.stuck_events
 
     @invariant()
     def every_event_is_delivered_once_or_kept_for_its_subscriber(self) -> None:

@@ -238,10 +238,10 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
             "step outline/outline-1 failed: timeout: step ran longer than 1 s"
         )
         wait_for(
-            lambda: db.session.rollback() or ledger.get_run(probe.uuid).status != "running",
+            lambda: db.session.rollback() or ledger.runs.get_run(probe.uuid).status != "running",
             timeout=30,
         )
-        assert ledger.get_run(probe.uuid).status == "completed"
+        assert ledger.runs.get_run(probe.uuid).status == "completed"
         # The lean consumer, its scheduler and one worker per lane: nothing else.
         lanes = sum(1 for arg in lean.command if arg == "--lane")
         assert len(process_tree(process.pid)) == 1 + 1 + lanes
