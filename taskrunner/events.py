@@ -117,6 +117,7 @@ def subscriber_name(handler: Handler) -> str:
 
 
 def subscribe(name: str, handler: Handler) -> None:
+    """Deliver the app's events of one name to ``handler`` (at least once; dedupe on ``id``)."""
     if name not in {e.name for e in CATALOG}:
         raise ValueError(f"unknown event {name!r}")
     handlers = _subscribers().setdefault(name, {})

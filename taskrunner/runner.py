@@ -6,6 +6,7 @@ The CLI and the web views are both thin callers of these functions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,8 +24,12 @@ logger = logging.getLogger(__name__)
 
 
 def start(
-    type_or_definition: str | TaskDefinition, context: dict[str, Any], initiator: str
+    type_or_definition: str | TaskDefinition,
+    context: Mapping[str, Any] | None = None,
+    initiator: str = "cli",
 ) -> RunHandle:
+    """Persist a run and its units, then dispatch one job per unit."""
+    context = dict(context or {})
     definition = (
         registry.get(type_or_definition)
         if isinstance(type_or_definition, str)

@@ -58,7 +58,12 @@ def tracked_job(
     retry_backoff: float = 0,
     initiator: str = "queue",
 ) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a Huey job whose executions are recorded on the ledger as type ``name``."""
+    """Declare a single tracked Huey job (SPEC §8): each attempt recorded on the ledger.
+
+    ``unit(*job_args)`` names the unit; Huey keeps the retries (with backoff); the run
+    is made on the first attempt, as type ``name``, and re-found on retries of the same
+    dispatch.
+    """
 
     def decorator(fn: Callable[..., Any]) -> JobHandle:
         @functools.wraps(fn)
