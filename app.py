@@ -72,7 +72,7 @@ def register_modules(app: Flask) -> None:
     import live.models  # noqa: F401 - the live topics table
     import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
-    import tasks.periodic  # noqa: F401 - registers the periodic jobs
+    import taskrunner.periodic  # noqa: F401 - declares the runner's periodic tasks
     import tasks.slots  # noqa: F401 - the periodic slot claims table
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder

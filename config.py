@@ -91,7 +91,7 @@ class Config:
         self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int("TASK_RUNNER_STUCK_AFTER_MINUTES", 60)
         self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30)
         self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
-        # Periods of the two sweeps that run every few minutes (periodic tasks, tasks/periodic.py).
+        # Periods of the two sweeps that run every few minutes (taskrunner/periodic.py).
         self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60)
         self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300)
         # The roll-up of units settled per minute (the queues page's last minute and hour).

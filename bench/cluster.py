@@ -499,7 +499,9 @@ class ClusterScenario:
     def _overlap_seen(self) -> bool:
         """c3's scheduler enqueues the sweeps too, and some slots were enqueued twice."""
         c3 = self.cluster.live(self.cluster.consumers["c3"]).log_text()
-        scheduling = c3.count("Enqueueing periodic task tasks.periodic.taskrunner.detect_stuck")
+        scheduling = c3.count(
+            "Enqueueing periodic task taskrunner.periodic.taskrunner.detect_stuck"
+        )
         skipped = re.findall(
             r"Periodic taskrunner.detect_stuck, slot \S+: skipped",
             self._logs_since(self.overlap_marks),

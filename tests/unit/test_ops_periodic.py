@@ -1,4 +1,4 @@
-"""The operational schedules (the runner's in ``tasks/periodic.py``, the packages' beside
+"""The operational schedules (the runner's in ``taskrunner/periodic.py``, the packages' beside
 their code) and the slots their runs belong to."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import date, datetime, timedelta
 
 import coursebuilder.setup  # noqa: F401 - declares the builder's recovery
 import payments.statements  # noqa: F401 - declares the monthly statements
-import tasks.periodic  # noqa: F401 - declares the runner's schedules
+import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
 from config import Config
 from tasks.routing import routes
 from tasks.schedules import CATCH_UP_SLOTS, HUEY_TICK_SECONDS, DueSlots, Every, tick_seconds
