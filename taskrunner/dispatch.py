@@ -10,18 +10,17 @@ import time
 from datetime import timedelta
 
 from flask import current_app
-from huey import Huey
-from huey.api import Task
-from huey.signals import SIGNAL_ENQUEUED
-from huey.storage import RedisStorage
 
 from taskrunner.ledger import Dispatch, ledger
 from taskrunner.redaction import register_domain_error
 from taskrunner.types import TaskOptions
+from tasks.huey_internals import enqueue_many
 from tasks.queues import QueueConfigError, queues
 from tasks.routing import TYPE_ROUTES
 
 RUN_UNIT = "taskrunner.run_unit"
+# A throttled type's units share the Huey rate limit of this name and the type's.
+RATE_LIMIT_PREFIX = "task-runner."
 
 # A definition naming a queue that does not exist: its message is for the operator.
 register_domain_error(QueueConfigError)
@@ -100,27 +99,6 @@ def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
         )
         sent += len(ids)
         after = ids[-1]
-
-
-def enqueue_many(huey: Huey, tasks: list[Task]) -> None:
-    """Enqueue a chunk of tasks: one round trip on Redis, one enqueue per task elsewhere.
-
-    One LPUSH per task made dispatch a round trip per unit, slower than bare Huey's
-    own enqueue (bench/RESULTS.md); a consumer pops them in the same order as before.
-    """
-    storage = huey.storage
-    if huey.immediate or type(storage) is not RedisStorage or not tasks:
-        for task in tasks:
-            huey.enqueue(task)
-        return
-    messages = []
-    for task in tasks:
-        # What Huey.enqueue does per task, minus the write.
-        if task.expires:
-            task.resolve_expires(huey.utc)
-        huey._emit(SIGNAL_ENQUEUED, task)
-        messages.append(huey.serialize_task(task))
-    storage.conn.lpush(storage.queue_key, *messages)
 
 
 def revoke(units: list[tuple[int, str]], queue: str) -> None:

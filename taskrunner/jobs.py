@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from extensions import db
 from taskrunner import tenant_scope
-from taskrunner.dispatch import RUN_UNIT, enqueue_unit, queue_for
+from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_for
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import EXPIRED, Claim, ledger
 from taskrunner.redaction import redact
@@ -65,7 +65,7 @@ def run_unit(
         # next window without consuming a try, and the unit stays pending.
         window = current_app.config["TASK_RUNNER_RATE_WINDOW_SECONDS"]
         queues().huey(queue_for(type_, options)).rate_limit(
-            f"task-runner.{type_}", options.rate_per_minute, window
+            RATE_LIMIT_PREFIX + type_, options.rate_per_minute, window
         ).acquire()
     claim = _claim(unit_id, token)
     if claim is None:
