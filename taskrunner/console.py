@@ -16,12 +16,13 @@ from flask import current_app
 from sqlalchemy import select
 
 from database import iso, utcnow
+from taskrunner.dispatch import queue_of
 from taskrunner.ledger import is_uuid, ledger
 from taskrunner.registry import registry
 from taskrunner.reports import run_summary
 from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
 from tasks.queues import queues as queue_instances
-from tasks.routing import QUEUE_NAMES, routes
+from tasks.routing import QUEUE_NAMES
 
 UNIT_TASK_ID = re.compile(r"^u(\d+)\.[0-9a-f]{32}$")
 
@@ -92,17 +93,6 @@ def _parse(value: Any) -> datetime | None:
         return datetime.fromisoformat(value.removesuffix("Z"))
     except ValueError:
         return None
-
-
-def queue_of(type_: str) -> str:
-    """The queue a run type's units go to (a single tracked job: its job's queue)."""
-    definition = registry.find(type_)
-    if definition is not None:
-        return definition.options().queue
-    spec = routes.jobs.get(type_)
-    if spec is not None and spec.queue:
-        return spec.queue
-    return "tasks"
 
 
 def waiting_count(name: str) -> int | None:

@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from extensions import db
 from taskrunner import tenant_scope
-from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_for
+from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_of
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import EXPIRED, Claim, ledger
 from taskrunner.redaction import redact
@@ -64,7 +64,7 @@ def run_unit(
         # Raises RateLimitExceeded before the gate: Huey reschedules the job for the
         # next window without consuming a try, and the unit stays pending.
         window = current_app.config["TASK_RUNNER_RATE_WINDOW_SECONDS"]
-        queues().huey(queue_for(type_, options)).rate_limit(
+        queues().huey(queue_of(type_)).rate_limit(
             RATE_LIMIT_PREFIX + type_, options.rate_per_minute, window
         ).acquire()
     claim = _claim(unit_id, token)
@@ -192,7 +192,6 @@ def handed_back(signal: str, task, queue: str) -> None:
         ledger.transitions.finalize(run_id)
         return
     new_token, type_ = handed
-    definition = registry.find(type_)
-    if definition is not None:
-        enqueue_unit(run_id, unit_id, new_token, type_, definition.options(), horizon)
+    if registry.find(type_) is not None:
+        enqueue_unit(run_id, unit_id, new_token, type_, horizon)
         logger.warning("Unit %s handed back on shutdown as a new job", unit_id)

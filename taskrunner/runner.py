@@ -18,7 +18,7 @@ from taskrunner.ledger import CLI, Actor, Dispatch, PruneReport, ledger
 from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
-from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition, TaskOptions
+from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition
 
 logger = logging.getLogger(__name__)
 
@@ -30,12 +30,9 @@ def start(
 ) -> RunHandle:
     """Persist a run and its units, then dispatch one job per unit."""
     context = dict(context or {})
-    definition = (
-        registry.get(type_or_definition)
-        if isinstance(type_or_definition, str)
-        else type_or_definition
+    definition = registry.get(
+        type_or_definition if isinstance(type_or_definition, str) else type_or_definition.type()
     )
-    options = definition.options()
     dispatch = ledger.transitions.create_run(
         definition.type(),
         context,
@@ -46,13 +43,13 @@ def start(
     if dispatch.count == 0:
         status = ledger.transitions.finalize(dispatch.run_id)
         return RunHandle(dispatch.run_uuid, RunStatus(status), 0)
-    _dispatch_or_settle(dispatch, options)
+    _dispatch_or_settle(dispatch)
     return RunHandle(dispatch.run_uuid, RunStatus.RUNNING, dispatch.count)
 
 
-def _dispatch_or_settle(dispatch: Dispatch, options: TaskOptions) -> None:
+def _dispatch_or_settle(dispatch: Dispatch) -> None:
     try:
-        dispatching.enqueue_dispatch(dispatch, options)
+        dispatching.enqueue_dispatch(dispatch)
     except Exception as exc:
         # The wedge guard: no run stays running with nothing in flight.
         logger.exception("Dispatch of run %s failed", dispatch.run_uuid)
@@ -83,7 +80,7 @@ def retry(
         unit_keys=unit_keys,
         now=now,
     )
-    _dispatch_or_settle(dispatch, registry.get(dispatch.type).options())
+    _dispatch_or_settle(dispatch)
     return dispatch.count
 
 
@@ -91,9 +88,7 @@ def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     """Cancel a running run; return how many units were skipped."""
     run = ledger.runs.get_run(run_uuid)
     queued, skipped = ledger.actions.cancel(run_uuid, actor)
-    definition = registry.find(run.type)
-    if definition is not None:
-        dispatching.revoke(queued, dispatching.queue_for(run.type, definition.options()))
+    dispatching.revoke(queued, run.type)
     return skipped
 
 
@@ -131,10 +126,10 @@ def pause(type_: str, actor: Actor = CLI) -> bool:
 
 def resume(type_: str, actor: Actor = CLI) -> int:
     """Resume a paused type and enqueue the units that waited; return how many."""
-    definition = registry.get(type_)
+    registry.get(type_)
     dispatches = ledger.actions.resume_type(type_, actor)
     if dispatches is None:
         raise Refused(f"task type {type_} is not paused")
     for dispatch in dispatches:
-        _dispatch_or_settle(dispatch, definition.options())
+        _dispatch_or_settle(dispatch)
     return sum(d.count for d in dispatches)

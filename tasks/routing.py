@@ -8,7 +8,7 @@ Huey enforces a timeout (SIGALRM) only there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from tasks.schedules import Schedule
 
 QUEUE_NAMES = ("default", "tasks", "builder", "long-job", "io")
 PERIODIC_QUEUE = "default"  # periodic tasks are registered, and scheduled, here only
+DEFAULT_QUEUE = "tasks"  # a task type's units, unless its definition names another
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,16 @@ QUEUES: dict[str, QueueSpec] = {
 TYPE_ROUTES: dict[str, str] = {
     "diagnostics.vendor_probe": "io",
 }
+
+
+def type_routes(config: Mapping[str, Any]) -> dict[str, str]:
+    """``TYPE_ROUTES`` with the deployment's own (``TASK_RUNNER_TYPE_ROUTES``) over it."""
+    routed = dict(TYPE_ROUTES)
+    for entry in (config.get("TASK_RUNNER_TYPE_ROUTES") or "").split(","):
+        name, _, queue = entry.partition("=")
+        if name.strip() and queue.strip():
+            routed[name.strip()] = queue.strip()
+    return routed
 
 
 @dataclass(frozen=True)

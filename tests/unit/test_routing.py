@@ -23,8 +23,9 @@ from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
 from harness import process_tree
 from taskrunner import runner
-from taskrunner.dispatch import RUN_UNIT, queue_for
+from taskrunner.dispatch import RUN_UNIT, queue_of
 from taskrunner.ledger import ledger
+from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.registry import registry_of
 from tasks import workers
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES, TYPE_ROUTES, routes
@@ -71,7 +72,7 @@ def test_every_task_type_fits_its_queue_and_its_stuck_threshold(app):
     for definition in definitions:
         options = definition.options()
         with app.app_context():
-            queue = queue_for(definition.type(), options)
+            queue = queue_of(definition.type())
         assert queue in QUEUES, definition.type()
         assert QUEUES[queue].enforces_timeouts or QUEUES[queue].soft_timeouts
         assert 0 < options.timeout <= QUEUES[queue].max_timeout, definition.type()
@@ -312,3 +313,39 @@ def test_a_job_handle_enqueues_on_the_queue_its_route_names(ctx):
     assert {name for name in hueys if after[name] != before[name]} == {"default"}
     (task,) = [t for t in hueys["default"].pending() if t.name == "documents.forward_to_provider"]
     assert task.args == ("4f1c2a9e-0000-4000-8000-000000000000",)
+
+
+def test_one_routing_decision_serves_dispatch_revoke_and_the_queues_page(make_app):
+    """The queue a type's units run on is decided once: the routing table's lane for the
+    vendor probe, a deployment's route for the probe, and the page agrees with both."""
+    from taskrunner import console
+    from taskrunner.dispatch import task_id
+
+    app = make_app(TASK_RUNNER_TYPE_ROUTES="diagnostics.probe=long-job")
+    with app.app_context():
+        hueys = app.extensions["queues"].all()
+        for huey in hueys.values():
+            huey.flush()
+        handle = runner.start("diagnostics.probe", {"units": 2}, "test")
+        runner.start("diagnostics.vendor_probe", {"units": 1}, "test")
+        assert {
+            name: huey.pending_count() for name, huey in hueys.items() if huey.pending_count()
+        } == {
+            "long-job": 2,
+            "io": 1,
+        }
+
+        filed = {
+            t["type"]: queue["name"] for queue in console.queues()["queues"] for t in queue["types"]
+        }
+        assert filed["diagnostics.probe"] == "long-job"
+        assert filed["diagnostics.vendor_probe"] == "io"
+
+        runner.cancel(handle.uuid)
+        tokens = [
+            (u.id, u.dispatch_token)
+            for u in db.session.execute(
+                select(TaskRunUnit).join(TaskRun).where(TaskRun.uuid == handle.uuid)
+            ).scalars()
+        ]
+        assert all(hueys["long-job"].is_revoked(task_id(*pair)) for pair in tokens)
