@@ -106,6 +106,9 @@ class Config:
         # More task types for another queue than their definition names ("type=queue,...";
         # the routing table, tasks/routing.py TYPE_ROUTES, has the project's own).
         self.TASK_RUNNER_TYPE_ROUTES = env.get("TASK_RUNNER_TYPE_ROUTES", "")
+        # A deployment's own modules (comma-separated): the app factory imports each and
+        # calls its init_app(app), so web, CLI and consumers know the same task types.
+        self.TASKLEDGER_EXTRA_MODULES = env.get("TASKLEDGER_EXTRA_MODULES", "")
         # "fast": a unit's gate and completion do not wait for PostgreSQL's WAL flush
         # (taskrunner/ledger/hot.py says what a server crash can cost); "durable": they do.
         self.TASK_RUNNER_UNIT_COMMIT = env.get("TASK_RUNNER_UNIT_COMMIT", "fast")

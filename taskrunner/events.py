@@ -131,12 +131,6 @@ def subscribe(name: str, handler: Handler) -> None:
     handlers[key] = handler
 
 
-def unsubscribe(name: str, handler: Handler) -> None:
-    handlers = _subscribers().get(name, {})
-    for key in [k for k, h in handlers.items() if h == handler]:
-        del handlers[key]
-
-
 def subscribers(name: str) -> dict[str, Handler]:
     return dict(_subscribers().get(name, {}))
 

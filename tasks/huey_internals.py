@@ -11,6 +11,8 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
 - ``SlottedPeriodicTask``: ``Huey.read_periodic`` asks each periodic task class
   ``validate_datetime`` and enqueues that very instance, ``kwargs`` included;
 - ``serve_with``: ``huey_consumer`` builds its consumer with ``huey.create_consumer``;
+- ``check_periodic_every``: a scheduler checks the periodic schedules every
+  ``Scheduler.periodic_task_seconds``;
 - ``ObservedConsumer``: ``Consumer.run`` calls ``start`` once its workers may start, and
   returns (or raises) when the consumer stops;
 - the stop signal (``STOP_HANDLER_MODULES``, ``watch_stop_signal``, ``tasks_in_flight``):
@@ -113,6 +115,11 @@ def watch_stop_signal() -> None:
 
     on_stop.notes_stop = True  # type: ignore[attr-defined]
     signal.signal(signal.SIGTERM, on_stop)
+
+
+def check_periodic_every(seconds: int) -> None:
+    """How often this process's schedulers check the periodic schedules (Huey: a minute)."""
+    Scheduler.periodic_task_seconds = seconds
 
 
 def tasks_in_flight(huey: Huey) -> bool:

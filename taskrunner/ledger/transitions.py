@@ -238,13 +238,6 @@ class Transitions:
             )
         return True
 
-    def record_attempt_error(self, claim: Claim, reason: str) -> None:
-        """A single tracked job failed an attempt that Huey will retry: keep the reason."""
-        with write_transaction(self.session):
-            self.session.execute(
-                owned(claim).values(last_error=bounded(reason), updated_at=utcnow())
-            )
-
     def hand_back(self, unit_id: int, token: str) -> tuple[str, str] | None:
         """A unit whose worker is stopping goes back to pending with a new token.
 

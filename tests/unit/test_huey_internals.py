@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 from huey import MemoryHuey, PriorityRedisHuey, RedisHuey, SqliteHuey, crontab
 from huey.bin import huey_consumer
-from huey.consumer import Consumer, ProcessEnvironment
+from huey.consumer import Consumer, ProcessEnvironment, Scheduler
 from huey.signals import SIGNAL_ENQUEUED, SIGNAL_INTERRUPTED, SIGNAL_TIMEOUT
 
 from database import utcnow
@@ -274,6 +274,20 @@ def test_a_lane_scheduler_moves_every_queues_due_tasks_and_one_queues_periodic_o
 
     assert [t.name for t in hueys[0].pending()] == ["later"]
     assert sorted(t.name for t in hueys[1].pending()) == ["later", "tick"]
+
+
+def test_a_scheduler_checks_the_periodic_schedules_as_often_as_it_is_told(monkeypatch):
+    monkeypatch.setattr(Scheduler, "periodic_task_seconds", Scheduler.periodic_task_seconds)
+    internals.check_periodic_every(5)
+    huey = MemoryHuey("taskledger.test-internals")
+    checked = []
+    monkeypatch.setattr(huey, "read_periodic", lambda now: checked.append(now) or [])
+    scheduler = Scheduler(huey, SimpleNamespace(wait=lambda t: None), 1, periodic=True)
+    first = scheduler._next_periodic
+
+    scheduler.loop()
+
+    assert len(checked) == 1 and scheduler._next_periodic == first + 5
 
 
 def test_a_lean_consumer_makes_one_process_per_lane_and_gives_every_queue_its_timeouts(
