@@ -26,6 +26,7 @@ from taskrunner.tenant_scope import bind as bind_tenant_context
 from taskrunner.types import (
     ACTIVE_UNIT,
     TERMINAL_RUN,
+    ContextError,
     PermanentError,
     Refused,
     RunHandle,
@@ -37,6 +38,7 @@ from taskrunner.types import (
     TaskUnit,
     UnitJob,
     UnitStatus,
+    check_context,
     plural,
 )
 from tasks.interrupts import raise_if_stopping
@@ -46,6 +48,7 @@ from tasks.schedules import Cron, Every
 __all__ = [
     "ACTIVE_UNIT",
     "TERMINAL_RUN",
+    "ContextError",
     "Cron",
     "Every",
     "JobHandle",
@@ -63,6 +66,7 @@ __all__ = [
     "bind_scrubber",
     "bind_tenant_context",
     "bounded",
+    "check_context",
     "crontab",
     "job",
     "on_signal",

@@ -28,11 +28,18 @@ def start(
     context: Mapping[str, Any] | None = None,
     initiator: str = "cli",
 ) -> RunHandle:
-    """Persist a run and its units, then dispatch one job per unit."""
+    """Persist a run and its units, then dispatch one job per unit.
+
+    Refused (``Refused``, ``ContextError``) before anything is written: a type that is not
+    registered, a context the type's ``validate`` refuses.
+    """
     context = dict(context or {})
     definition = registry.get(
         type_or_definition if isinstance(type_or_definition, str) else type_or_definition.type()
     )
+    validate = getattr(definition, "validate", None)
+    if validate is not None:
+        validate(context)  # ``ContextError``: refused before any row is written
     dispatch = ledger.transitions.create_run(
         definition.type(),
         context,
