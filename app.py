@@ -69,8 +69,7 @@ def register_modules(app: Flask) -> None:
     The modules' init functions register into the runner's state of this app through
     the runner's contract, which works on the app in context; a deployment's own
     modules (``TASKLEDGER_EXTRA_MODULES``) come after the project's, in every process
-    that builds the app; tracked jobs, declared when their modules are imported, are
-    adopted last.
+    that builds the app.
     """
     import asyncrequests.retention  # noqa: F401 - declares its daily prune
     import live.models  # noqa: F401 - the live topics table
@@ -93,7 +92,6 @@ def register_modules(app: Flask) -> None:
             module.init_app(app)
         for module in extra_modules(app.config.get("TASKLEDGER_EXTRA_MODULES") or ""):
             module.init_app(app)
-    appstate.adopt_declared_jobs(app)
 
 
 def extra_modules(names: str) -> list[ModuleType]:

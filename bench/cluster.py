@@ -612,7 +612,7 @@ class ClusterScenario:
     # -- after the run: c2 takes work again, and a course build streams live on B ---------
 
     def after_the_heal_and_the_build(self) -> None:
-        from coursebuilder import service
+        from coursebuilder import stages
         from diagnostics.effects import TYPE
         from taskrunner import runner
 
@@ -638,7 +638,7 @@ class ClusterScenario:
                 {"units": self.plan.followup_units, "batch": uuid.uuid4().hex, "sleep_ms": 20},
                 "cluster",
             ).uuid
-            build_uuid = service.start(
+            build_uuid = stages.start(
                 1,
                 "Cluster course",
                 lessons=build["lessons"],

@@ -9,6 +9,13 @@ and return a handle to enqueue them by. The operator surfaces (the backoffice
 pages, the JSON API, the demo seed) read and act through ``operations``, the
 runner's read and operations service. Everything else in ``taskrunner`` (and
 the Huey wiring in ``tasks``) is internal.
+
+A package that keeps its own work rows (the course builder's steps) builds on the
+runner's primitives rather than on Huey: ``run_lock`` (one write transaction holding a
+row's lock), ``gate`` (a job's claim, retried after a lost connection, else the job
+back in the queue), ``contained`` (a failure recorded, never raised, the consumer's
+stop excepted), a job's ``on_stop`` (its work handed back when a consumer stops), and
+the stale rule (``Tracked``, ``stale_filter``, ``lost_before``) for its recovery.
 """
 
 from __future__ import annotations
@@ -17,7 +24,10 @@ from huey import crontab
 
 from taskrunner import operations
 from taskrunner.events import subscribe
+from taskrunner.jobs import contained, gate
 from taskrunner.ledger import ledger
+from taskrunner.ledger.stale_rules import Tracked, lost_before, stale_filter
+from taskrunner.locks import run_lock
 from taskrunner.redaction import bind_scrubber, bounded, redact, register_domain_error
 from taskrunner.registry import registry
 from taskrunner.runner import start as start_run
@@ -42,7 +52,7 @@ from taskrunner.types import (
     plural,
 )
 from tasks.interrupts import raise_if_stopping
-from tasks.routing import JobHandle, job, on_signal, periodic
+from tasks.routing import JobHandle, job, periodic
 from tasks.schedules import Cron, Every
 
 __all__ = [
@@ -61,15 +71,18 @@ __all__ = [
     "TaskReportableError",
     "TaskRunnerError",
     "TaskUnit",
+    "Tracked",
     "UnitJob",
     "UnitStatus",
     "bind_scrubber",
     "bind_tenant_context",
     "bounded",
     "check_context",
+    "contained",
     "crontab",
+    "gate",
     "job",
-    "on_signal",
+    "lost_before",
     "operations",
     "periodic",
     "plural",
@@ -77,6 +90,8 @@ __all__ = [
     "redact",
     "register",
     "register_domain_error",
+    "run_lock",
+    "stale_filter",
     "start_run",
     "subscribe",
     "tracked_job",

@@ -20,8 +20,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from flask import Flask, current_app
-from huey import signals
 from huey.exceptions import CancelExecution, TaskTimeout
 
 from extensions import db
@@ -32,19 +30,9 @@ from taskrunner.redaction import redact
 from taskrunner.types import PermanentError, TaskRunnerError, TaskUnit
 from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
-from tasks.routing import JobHandle, job, on_signal
+from tasks.routing import JobHandle, job
 
 logger = logging.getLogger(__name__)
-
-# Job name -> how its unit is derived from the job's arguments: declared when a job
-# module is imported, like the job's route, and adopted by each app built after.
-_DECLARED: dict[str, Callable[..., TaskUnit]] = {}
-TRACKED = "taskrunner.tracked_jobs"
-
-
-def init_app(app: Flask) -> None:
-    """Give ``app`` the tracked jobs declared so far (every job module is imported by now)."""
-    app.extensions[TRACKED] = dict(_DECLARED)
 
 
 def tracked_job(
@@ -76,6 +64,12 @@ def tracked_job(
                 initiator,
             )
 
+        def interrupted(*_args: Any, task: Any, **_kwargs: Any) -> None:
+            """A consumer stopped mid-attempt: the same dispatch again, its run re-found."""
+            ledger.single_jobs.release_interrupted_single(name, task.id)
+            queues().huey(queue).enqueue(task)
+            logger.warning("Attempt of %s (%s) handed back on shutdown", name, task.id)
+
         job(
             name,
             queue=queue,
@@ -84,8 +78,8 @@ def tracked_job(
             retry_delay=retry_delay,
             retry_backoff=retry_backoff,
             wants_task=True,
+            on_stop=interrupted,
         )(run)
-        _DECLARED[name] = unit
         # Enqueued like any job; ``call_local`` runs the body alone, untracked (tests).
         return JobHandle(name, fn)
 
@@ -140,13 +134,3 @@ def _raise_to_huey(exc: BaseException) -> NoReturn:
     if isinstance(exc, Exception):
         raise exc
     raise TaskRunnerError(f"job raised {type(exc).__name__}") from exc
-
-
-@on_signal(signals.SIGNAL_INTERRUPTED)
-def interrupted(signal: str, task: Any, queue: str) -> None:
-    """A consumer stopped mid-attempt: enqueue the same dispatch again, its run re-found."""
-    if task.name not in current_app.extensions[TRACKED]:
-        return
-    ledger.single_jobs.release_interrupted_single(task.name, task.id)
-    queues().huey(queue).enqueue(task)
-    logger.warning("Attempt of %s (%s) handed back on shutdown", task.name, task.id)

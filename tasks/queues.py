@@ -20,6 +20,7 @@ from typing import Any
 
 from flask import Flask
 from huey import Huey, PostgresHuey, RedisHuey, SqliteHuey
+from huey.signals import SIGNAL_EXPIRED, SIGNAL_INTERRUPTED
 from redis import ConnectionPool
 
 from database import postgres_connect_args
@@ -135,8 +136,11 @@ class Queues:
                     task_base=SlottedPeriodicTask,
                     due_slots=functools.partial(owed.due, pspec.name, pspec.schedule),
                 )(self._once_per_slot(pspec))
-        for signals, handler in routes.signals:
-            huey.signal(*signals)(self._signal_in_app_context(handler, queue))
+        # A job's own hooks: its work handed back when the consumer stops mid-job (Huey's
+        # stop interrupts a job and says so with this signal), or failed when Huey drops
+        # it past its ``expires``.
+        huey.signal(SIGNAL_INTERRUPTED)(self._hook("on_stop"))
+        huey.signal(SIGNAL_EXPIRED)(self._hook("on_expire"))
         return huey
 
     def _in_app_context(self, fn: Any, wants_task: bool) -> Any:
@@ -173,12 +177,17 @@ class Queues:
 
         return run
 
-    def _signal_in_app_context(self, handler: Any, queue: str) -> Any:
+    def _hook(self, name: str) -> Any:
         app = self.app
 
         def receive(signal: str, task: Any, *args: Any) -> None:
+            spec = routes.jobs.get(task.name)
+            hook = getattr(spec, name, None)
+            if hook is None:
+                return
+            kwargs = dict(task.kwargs or {}, **({"task": task} if spec.wants_task else {}))
             with app.app_context():
-                handler(signal, task, queue, *args)
+                hook(*task.args, **kwargs)
 
         return receive
 

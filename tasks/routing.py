@@ -87,6 +87,11 @@ class JobSpec:
     stuck_after_minutes: int | None = None
     wants_task: bool = False
     retry_backoff: float = 0  # each retry's delay is the previous one times this
+    # Called with the job's arguments (and ``task``, for a job that wants it), in an app
+    # context of the worker, when the consumer stops in the middle of the job (its work
+    # can be handed back) or when Huey drops the job unrun past its ``expires``.
+    on_stop: Callable[..., Any] | None = None
+    on_expire: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,6 @@ class PeriodicSpec:
 class Routes:
     jobs: dict[str, JobSpec] = field(default_factory=dict)
     periodic: dict[str, PeriodicSpec] = field(default_factory=dict)
-    signals: list[tuple[tuple[str, ...], Callable[..., Any]]] = field(default_factory=list)
 
 
 routes = Routes()
@@ -111,10 +115,11 @@ routes = Routes()
 class JobHandle:
     """A declared job. ``enqueue`` sends it to the queue its route names; calling the
     handle itself is refused, so no call site runs a job inline and untracked by mistake.
+    ``JobHandle(name)`` names a job declared elsewhere, to enqueue it only.
     """
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., Any] | None = None
 
     def enqueue(self, *args: Any, queue: str | None = None, **kwargs: Any) -> Any:
         """Enqueue one execution (``queue`` only for a job served by every queue)."""
@@ -140,8 +145,11 @@ def job(
     stuck_after_minutes: int | None = None,
     wants_task: bool = False,
     retry_backoff: float = 0,
+    on_stop: Callable[..., Any] | None = None,
+    on_expire: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a Huey job: its name, queue and timeout (the route); returns its handle."""
+    """Declare a Huey job: its name, queue and timeout (the route), and what hands its work
+    back when a consumer stops in the middle of it (``on_stop``); returns its handle."""
     if queue is not None and queue not in QUEUES:
         raise ValueError(f"unknown queue {queue!r}")
 
@@ -156,6 +164,8 @@ def job(
             stuck_after_minutes,
             wants_task,
             retry_backoff,
+            on_stop,
+            on_expire,
         )
         return JobHandle(name, fn)
 
@@ -169,16 +179,6 @@ def periodic(
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         routes.periodic[name] = PeriodicSpec(name, fn, schedule, timeout)
-        return fn
-
-    return decorator
-
-
-def on_signal(*signals: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Connect a handler to Huey signals of every queue, run inside an app context."""
-
-    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        routes.signals.append((signals, fn))
         return fn
 
     return decorator

@@ -28,8 +28,9 @@ from flask_login import current_user
 
 from accounts.permissions import permission_required
 from blueprints import params
-from coursebuilder import reports, service
-from coursebuilder.service import BuilderError, RunStatus, UnknownRun, live_topic
+from coursebuilder import reports, stages
+from coursebuilder.models import RunStatus
+from coursebuilder.stages import BuilderError, UnknownRun, live_topic
 from live import topics as live
 
 bp = Blueprint("builder", __name__, url_prefix="/builder")
@@ -41,7 +42,7 @@ PAGE_SIZE = 50
 
 def run_or_404(run_uuid: str):
     try:
-        return service.find_run(run_uuid)
+        return stages.find_run(run_uuid)
     except UnknownRun:
         abort(404, description="no such course build")
 
@@ -102,7 +103,7 @@ def retry(run_uuid: str):
             "failed and not-run steps are queued again; completed steps keep their output.",
         )
     try:
-        stage, steps = service.retry(run.uuid, actor=current_user.email)
+        stage, steps = stages.retry(run.uuid, actor=current_user.email)
     except BuilderError as exc:
         flash(f"Not retried: {exc}", "error")
     else:
@@ -128,7 +129,7 @@ def stream(run_uuid: str):
 def _events(run_id: int, run_uuid: str, seconds: float) -> Iterator[str]:
     yield "retry: 2000\n\n"
     for marker in live.follow(live_topic(run_uuid), seconds):
-        status, stage = service.run_state(run_id)
+        status, stage = stages.run_state(run_id)
         payload = {"marker": marker, "status": status, "stage": stage}
         yield live.sse("changed", payload)
         if status != RunStatus.RUNNING:

@@ -18,9 +18,9 @@ from werkzeug.serving import make_server
 
 from accounts.permissions import PERMISSIONS
 from accounts.services import create_user
-from coursebuilder import service as builder
+from coursebuilder import stages
 from coursebuilder.models import GenerationStep
-from coursebuilder.service import find_run
+from coursebuilder.stages import find_run
 from database import write_transaction
 from demo.seed import finished_sweep, seed_tenants
 from extensions import db
@@ -181,7 +181,7 @@ def failed_build(app) -> str:
     """A build whose first stage failed (no builder consumer runs here: failed by hand)."""
     with app.app_context():
         tenant = db.session.execute(select(func.min(Tenant.id))).scalar_one()
-        run_uuid = builder.start(
+        run_uuid = stages.start(
             tenant, "Tides and currents", lessons=2, quizzes=0, concurrency=1, initiator="cli"
         )
         # Consumers write to the same SQLite file meanwhile: a transaction that read before
@@ -194,7 +194,7 @@ def failed_build(app) -> str:
                 )
             ).scalar_one()
             step.status = "running"
-        builder._fail_run(step.run_id, step.id, "step outline/outline-1 failed: quota exceeded")
+        stages.fail_run(step.run_id, step.id, "step outline/outline-1 failed: quota exceeded")
         db.session.remove()
     return run_uuid
 

@@ -85,6 +85,18 @@ def test_the_huey_wiring_imports_nothing_of_the_runner():
     assert offenders == []
 
 
+def test_no_domain_or_web_module_imports_huey():
+    """Huey is the runner's business: its wiring (``tasks``) and the runner itself."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for name, paths in top_level_packages().items()
+        if name not in RUNNER_SIDE
+        for path in paths
+        if "huey" in imported_packages(path)
+    ]
+    assert offenders == []
+
+
 def test_the_consumers_found_in_a_tree_are_its_packages_that_use_the_runner(tmp_path):
     (tmp_path / "invoices").mkdir()
     (tmp_path / "invoices" / "__init__.py").write_text("")

@@ -225,4 +225,4 @@ def test_a_gate_that_finds_no_free_connection_puts_the_job_back_never_drops_it(
 
     monkeypatch.setattr(jobs.ledger.transitions, "claim", exhausted)
     with pytest.raises(RetryTask):
-        jobs._claim(job.args[1], job.args[2])
+        jobs.gate("unit", lambda: jobs.ledger.transitions.claim(job.args[1], job.args[2]))

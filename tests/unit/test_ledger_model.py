@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 from flask import current_app
-from huey import signals
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -369,7 +368,7 @@ class LedgerMachine(RuleBasedStateMachine):
             _run_id, unit_id, token, _horizon = task.args
             ledger.transitions.claim(unit_id, token)
             self.passes_gate(task)
-        handed_back(signals.SIGNAL_INTERRUPTED, task, "tasks")
+        handed_back(*task.args, **task.kwargs)
         if unit is not None and unit.status in ("pending", "running"):
             if unit.token == task.args[2]:
                 self.redispatched(unit)

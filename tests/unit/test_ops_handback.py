@@ -4,8 +4,6 @@ consumers in ``tests/workers/test_ops_handback.py``.)"""
 
 from __future__ import annotations
 
-from huey import signals
-
 from extensions import db
 from taskrunner import runner
 from taskrunner.jobs import handed_back
@@ -25,7 +23,7 @@ def test_an_interrupt_before_the_gate_still_hands_the_unit_back_with_a_new_job(c
     lost_job = huey.dequeue()
     _run_id, unit_id, token, _horizon = lost_job.args
 
-    handed_back(signals.SIGNAL_INTERRUPTED, lost_job, "tasks")
+    handed_back(*lost_job.args, **lost_job.kwargs)
 
     new_job = huey.dequeue()
     assert new_job is not None and new_job.args[2] != token
@@ -46,7 +44,7 @@ def test_an_interrupt_after_the_unit_settled_closes_its_run(ctx):
     claim = ledger.transitions.claim(unit_id, token)
     assert ledger.transitions.complete(claim)  # ...and the interrupt came before finalize
 
-    handed_back(signals.SIGNAL_INTERRUPTED, job, "tasks")
+    handed_back(*job.args, **job.kwargs)
 
     assert huey.dequeue() is None
     run = fresh_run(handle.uuid)

@@ -18,7 +18,8 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from coursebuilder import service
+from coursebuilder import jobs, stages
+from coursebuilder import steps as builder_steps
 from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
 from harness import process_tree
@@ -55,7 +56,7 @@ def test_the_io_lane_runs_many_threads_and_hands_its_units_back_on_stop():
 
 
 def test_every_job_is_routed_to_a_queue_whose_consumer_covers_its_timeout(app):
-    assert service.STEP_JOB in routes.jobs and RUN_UNIT in routes.jobs
+    assert stages.STEP_JOB in routes.jobs and RUN_UNIT in routes.jobs
     for spec in routes.jobs.values():
         served_by = QUEUE_NAMES if spec.queue is None else (spec.queue,)
         for queue in served_by:
@@ -88,18 +89,18 @@ def test_periodic_jobs_fit_the_consumer_that_schedules_them():
 def test_the_builder_step_job_is_registered_on_the_builder_queue_only_with_one_try(app):
     with app.app_context():
         queues = app.extensions["queues"]
-        step = queues.task(service.STEP_JOB)
+        step = queues.task(stages.STEP_JOB)
         assert step.huey is queues.huey("builder")
         task = step.s(1)
         assert (task.timeout, task.retries) == (1800, 0)
         for queue in QUEUE_NAMES:
             names = set(queues.huey(queue)._registry._registry)
             assert any(name.endswith(RUN_UNIT) for name in names), queue
-            assert any(name.endswith(service.STEP_JOB) for name in names) == (queue == "builder")
+            assert any(name.endswith(stages.STEP_JOB) for name in names) == (queue == "builder")
 
 
 def test_the_llm_call_gives_up_before_the_step_timeout(app):
-    assert app.config["LLM_TIMEOUT_SECONDS"] < service.STEP_TIMEOUT
+    assert app.config["LLM_TIMEOUT_SECONDS"] < builder_steps.STEP_TIMEOUT
 
 
 def flags(command) -> dict[str, str | bool]:
@@ -200,13 +201,13 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
     db.session.add(Tenant(id=3, name="Initech"))
     db.session.commit()
     # Queued before the consumer starts: one builder step whose job gets a 1 s timeout.
-    slow = service.start(3, "Slow", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 5000})
+    slow = stages.start(3, "Slow", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 5000})
     slow_step = db.session.execute(
         select(GenerationStep.id).join(GenerationRun).where(GenerationRun.uuid == slow)
     ).scalar_one()
     queues = ctx.extensions["queues"]
     queues.huey("builder").flush()
-    step_job = queues.task(service.STEP_JOB)
+    step_job = queues.task(stages.STEP_JOB)
     step_job.huey.enqueue(step_job.s(slow_step, timeout=1))
 
     [lean] = workers.plan("lean", periodic=False)
@@ -221,7 +222,7 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
     )
     try:
         probe = runner.start("diagnostics.probe", {"units": 6}, "test")
-        quick = service.start(
+        quick = stages.start(
             3, "Quick", lessons=2, quizzes=1, concurrency=2, fake={"latency_ms": 10}
         )
 
@@ -300,7 +301,7 @@ def test_a_declared_job_cannot_be_run_inline_by_calling_it(ctx):
 
     with pytest.raises(TypeError, match="use .enqueue"):
         forward_to_provider("some-document")
-    assert service.run_step.name == service.STEP_JOB
+    assert jobs.run_step.name == stages.STEP_JOB
 
 
 def test_a_job_handle_enqueues_on_the_queue_its_route_names(ctx):
