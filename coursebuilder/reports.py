@@ -28,7 +28,7 @@ def iso(value: datetime | None) -> str | None:
 
 
 def run_status(run: GenerationRun) -> dict[str, Any]:
-    """The shape of SPEC §13: stages with their step counts, and the events."""
+    """The shape README's "Course builder" shows: stages with their step counts, events."""
     counts: dict[str, dict[str, int]] = {
         stage: {"total": 0, **dict.fromkeys(COUNTED, 0)} for stage in STAGES
     }

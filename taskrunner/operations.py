@@ -249,7 +249,7 @@ def run_state(run_id: int) -> tuple[str, datetime | None]:
     return _released(lambda: ledger.runs.run_state(run_id))
 
 
-# -- JSON shapes (SPEC §9) of what the calls above return ----------------------------------
+# -- JSON shapes (README, "JSON output") of what the calls above return -------------------
 
 
 def run_report(run: TaskRun) -> dict[str, Any]:

@@ -29,7 +29,7 @@ def relay_events() -> None:
         logger.info("Relayed %d undelivered events", count)
 
 
-# SPEC §10: every few minutes, hourly at most (a lost worker is found in minutes).
+# Every few minutes, hourly at most: a lost worker is found in minutes (docs/operations.md).
 @periodic("taskrunner.detect_stuck", Every("TASK_RUNNER_SWEEP_SECONDS"), timeout=300)
 def detect_stuck() -> None:
     """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""

@@ -1,4 +1,4 @@
-"""The run shapes shared by ``tasks status --json`` and the JSON API (SPEC §9)."""
+"""The run shapes shared by ``tasks status --json`` and the JSON API (README, "JSON output")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Single tracked jobs (SPEC §8): a fire-and-forget Huey job that keeps a ledger.
+"""Single tracked jobs (docs/operations.md): a fire-and-forget Huey job that keeps a ledger.
 
 A job declared with ``tracked_job`` stays an ordinary Huey job with its own name,
 arguments and retries, so its call sites do not change. Around each execution the
@@ -46,7 +46,7 @@ def tracked_job(
     retry_backoff: float = 0,
     initiator: str = "queue",
 ) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a single tracked Huey job (SPEC §8): each attempt recorded on the ledger.
+    """Declare a single tracked Huey job: each attempt recorded on the ledger.
 
     ``unit(*job_args)`` names the unit; Huey keeps the retries (with backoff); the run
     is made on the first attempt, as type ``name``, and re-found on retries of the same

@@ -83,7 +83,7 @@ def page_of(
 
 
 def unit_dict(unit: TaskRunUnit, stale_reason: str | None, **extra: Any) -> dict[str, Any]:
-    """A unit as the pages and the JSON show it (SPEC §9's unit shape), plus ``extra``."""
+    """A unit as the pages and the JSON show it (README, "JSON output"), plus ``extra``."""
     return {
         "unit_key": unit.unit_key,
         "tenant_id": unit.tenant_id,

@@ -1,4 +1,4 @@
-"""Single tracked jobs (SPEC §8): a run and its one unit, made on the first attempt."""
+"""Single tracked jobs (docs/operations.md): a run and its one unit, made on the first attempt."""
 
 from __future__ import annotations
 

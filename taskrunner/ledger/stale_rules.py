@@ -1,4 +1,4 @@
-"""The stale rules (SPEC §10), defined once: the sweep, the pages and the API all use them.
+"""The stale rules (docs/operations.md), defined once: the sweep, the pages and the API use them.
 
 A unit is stale, with a reason an operator can read, when it is
 

@@ -28,7 +28,7 @@ from taskrunner.types import RunStatus, UnitStatus
 
 
 class StuckSweep:
-    """The stuck sweep and the drain horizon (SPEC §7, §10).
+    """The stuck sweep and the drain horizon (docs/operations.md: stale units, throttling).
 
     ``now`` (default: the clock) is the moment the sweep judges by: a test passes one
     instead of waiting for a threshold to pass. It closes runs through ``finalize``.
