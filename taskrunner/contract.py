@@ -27,7 +27,7 @@ from taskrunner.events import subscribe
 from taskrunner.jobs import contained, gate
 from taskrunner.ledger import ledger
 from taskrunner.ledger.stale_rules import Tracked, lost_before, stale_filter
-from taskrunner.locks import run_lock
+from taskrunner.ledger.writes import run_lock
 from taskrunner.redaction import bind_scrubber, bounded, redact, register_domain_error
 from taskrunner.registry import registry
 from taskrunner.runner import start as start_run

@@ -136,37 +136,15 @@ class JobHandle:
 
 
 def job(
-    name: str,
-    *,
-    queue: str | None,
-    timeout: int,
-    retries: int = 0,
-    retry_delay: int = 0,
-    stuck_after_minutes: int | None = None,
-    wants_task: bool = False,
-    retry_backoff: float = 0,
-    on_stop: Callable[..., Any] | None = None,
-    on_expire: Callable[..., Any] | None = None,
+    name: str, *, queue: str | None, timeout: int, **settings: Any
 ) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a Huey job: its name, queue and timeout (the route), and what hands its work
-    back when a consumer stops in the middle of it (``on_stop``); returns its handle."""
+    """Declare a Huey job: its name, queue and timeout (the route), and its other
+    ``JobSpec`` settings (retries, ``on_stop``, …); returns its handle."""
     if queue is not None and queue not in QUEUES:
         raise ValueError(f"unknown queue {queue!r}")
 
     def decorator(fn: Callable[..., Any]) -> JobHandle:
-        routes.jobs[name] = JobSpec(
-            name,
-            fn,
-            queue,
-            timeout,
-            retries,
-            retry_delay,
-            stuck_after_minutes,
-            wants_task,
-            retry_backoff,
-            on_stop,
-            on_expire,
-        )
+        routes.jobs[name] = JobSpec(name, fn, queue, timeout, **settings)
         return JobHandle(name, fn)
 
     return decorator

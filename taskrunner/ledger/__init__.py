@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from extensions import db
 from taskrunner.ledger.actions import OperatorActions
 from taskrunner.ledger.attention import Attention, AttentionReads
-from taskrunner.ledger.errors import ErrorGroup, ErrorReads, folded_reason, normalize_reason
+from taskrunner.ledger.errors import ErrorGroup, ErrorReads
 from taskrunner.ledger.fleet import FleetReads
 from taskrunner.ledger.hot import forget_cached_runs, release_hot_connection
 from taskrunner.ledger.prune import Pruning
@@ -29,13 +29,10 @@ from taskrunner.ledger.records import (
     InvalidCursor,
     Page,
     PruneReport,
-    RunInfo,
-    Settled,
     is_uuid,
 )
 from taskrunner.ledger.runs import RunReads
 from taskrunner.ledger.single_jobs import SingleJobs
-from taskrunner.ledger.stale_rules import StaleCutoffs
 from taskrunner.ledger.sweeps import StuckSweep
 from taskrunner.ledger.throughput import Bucket, Throughput, ThroughputRollup
 from taskrunner.ledger.transitions import Transitions
@@ -77,14 +74,9 @@ __all__ = [
     "Ledger",
     "Page",
     "PruneReport",
-    "RunInfo",
-    "Settled",
-    "StaleCutoffs",
     "Throughput",
-    "folded_reason",
     "forget_cached_runs",
     "is_uuid",
     "ledger",
-    "normalize_reason",
     "release_hot_connection",
 ]

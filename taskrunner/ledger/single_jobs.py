@@ -11,8 +11,7 @@ from database import is_sqlite, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import ACTIVE, Claim, RunInfo, new_token, not_deleted
 from taskrunner.ledger.transitions import owned
-from taskrunner.ledger.writes import Writes
-from taskrunner.locks import lock_row
+from taskrunner.ledger.writes import Writes, lock_row
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.redaction import bounded
 from taskrunner.types import RunStatus, TaskUnit, UnitStatus

@@ -3,6 +3,13 @@ lock, the close of a run and the operator audit.
 
 Every transition is one transaction; the events it causes are written to the outbox
 inside it and delivered after the commit by the process that made it.
+
+The run lock: on PostgreSQL the run's row is read ``FOR NO KEY UPDATE``: run locks exclude
+each other, but not the key-share lock a transaction takes when it writes a row that
+references the run (a unit's event, a builder step), so a transition that holds such a
+row and then writes its event never deadlocks with one that holds the run and waits for
+that row. On SQLite the transaction starts with ``BEGIN IMMEDIATE``, the database write
+lock. A domain package locks its own runs with it (``run_lock``, through the contract).
 """
 
 from __future__ import annotations
@@ -17,12 +24,30 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from database import is_sqlite, iso, utcnow, write_transaction
+from extensions import db
 from taskrunner import delivery
 from taskrunner import events as ev
 from taskrunner.ledger.records import UNIT_COLUMNS, Actor, is_uuid, not_deleted
-from taskrunner.locks import lock_row
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.types import Refused, RunStatus, TaskUnit, UnitStatus
+
+
+def lock_row(session: Session, model: Any, *where: Any) -> Any | None:
+    """Inside a write transaction: the one row of ``model`` matching ``where``, locked and
+    read under the lock (a row read before may be stale by the time the lock is granted);
+    None when there is none."""
+    stmt = select(model).where(*where)
+    if not is_sqlite(session):
+        stmt = stmt.with_for_update(key_share=True)
+    return session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
+
+
+@contextmanager
+def run_lock(model: Any, row_id: int) -> Iterator[Any | None]:
+    """One write transaction holding the lock of ``model``'s row ``row_id`` (None: gone);
+    it commits when the block ends, or rolls back if it raises."""
+    with write_transaction(db.session):
+        yield lock_row(db.session, model, model.id == row_id)
 
 
 class Writes:
@@ -74,7 +99,7 @@ class Writes:
     # -- the run lock and its close ----------------------------------------------------
 
     def lock_run(self, run_id: int) -> TaskRun | None:
-        """Lock the run row (``taskrunner.locks``); None: the run was pruned."""
+        """Lock the run row; None: the run was pruned."""
         return lock_row(self.session, TaskRun, TaskRun.id == run_id)
 
     def lock_live_run(self, run_uuid: str) -> TaskRun:
