@@ -195,7 +195,7 @@ class RunnerBench:
         )
         analyze()
         began = time.perf_counter()
-        sent = dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+        sent = dispatching.enqueue_dispatch(dispatch)
         self.values["tracked_dispatch"] = sent / (time.perf_counter() - began)
 
         def closed() -> bool:
@@ -222,7 +222,7 @@ class RunnerBench:
         warmup = ledger.transitions.create_run(
             "diagnostics.probe", {"units": 4}, "bench", ProbeTask().units({"units": 4}), 1000
         )
-        dispatching.enqueue_dispatch(warmup, ProbeTask().options())
+        dispatching.enqueue_dispatch(warmup)
         wait_for(
             lambda: _closed(warmup.run_uuid), timeout=60, interval=0.05, message="the warm-up run"
         )
@@ -240,7 +240,7 @@ class RunnerBench:
         persisted_at = utcnow()
         self.values["big_persist"] = time.perf_counter() - began
         began = time.perf_counter()
-        dispatching.enqueue_dispatch(dispatch, EffectsTask().options())
+        dispatching.enqueue_dispatch(dispatch)
         self.values["big_dispatch"] = time.perf_counter() - began
 
         def first_effect() -> datetime | None:

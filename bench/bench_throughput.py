@@ -202,7 +202,7 @@ class ThroughputBench:
                 TYPE, context, "bench", ProbeTask().units(context), 5000
             )
             analyze()
-            dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+            dispatching.enqueue_dispatch(dispatch)
 
             def closed(run_uuid: str = dispatch.run_uuid) -> bool:
                 ledger.session.rollback()
@@ -251,7 +251,7 @@ class ThroughputBench:
                 dispatch = ledger.transitions.create_run(
                     TYPE, context, "bench", ProbeTask().units(context), 5000
                 )
-                dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+                dispatching.enqueue_dispatch(dispatch)
                 ours = app.extensions["queues"].huey("tasks")
 
                 def closed() -> bool:
