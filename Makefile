@@ -4,13 +4,35 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 FLASK  := $(BIN)/flask --app app
 
-.PHONY: install migrate seed run test lint format bench chaos cluster catalog clean
+.PHONY: install migrate seed run test lint format bench chaos cluster catalog clean lock audit
 
-$(BIN)/.installed: pyproject.toml
+# Exactly the versions of requirements.lock (the app and its dev extra, for Python 3.11),
+# each checked against its hashes, then the project itself without resolving anything more.
+$(BIN)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
+
+# The tools that write and audit the lock live in a venv of their own, never in the app's.
+TOOLS := .venv-tools/bin
+$(TOOLS)/.installed:
+	$(PYTHON) -m venv .venv-tools
+	$(TOOLS)/pip install --quiet --upgrade pip pip-tools pip-audit
+	touch $@
+
+# requirements.lock from pyproject.toml: after a dependency changed there. The pins it
+# has are kept unless LOCK_ARGS=--upgrade (or --upgrade-package NAME) says otherwise.
+lock: $(TOOLS)/.installed
+	CUSTOM_COMPILE_COMMAND="make lock" $(TOOLS)/pip-compile --quiet --extra dev \
+		--generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+		--no-emit-find-links $(LOCK_ARGS) --output-file requirements.lock pyproject.toml
+
+# Known vulnerabilities of the locked versions, as written. --strict: a version the advisory
+# database (PyPI) cannot be asked about fails the audit instead of passing unaudited.
+audit: $(TOOLS)/.installed
+	$(TOOLS)/pip-audit --strict --require-hashes --disable-pip -r requirements.lock
 
 # The browser test's accessibility engine (axe-core, pinned in package-lock.json): the
 # tests need it, `make run` does not.
@@ -54,8 +76,11 @@ catalog: install
 	$(FLASK) openapi readme
 
 # The benchmarks' own extra (Celery, the peer they are measured against) comes first.
+# Celery may move shared packages off their locked versions (redis): the suite then finds
+# the venv is not the lock, so the next `make install` (and `make test`) installs it again.
 $(BIN)/.bench-installed: pyproject.toml $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	rm -f $(BIN)/.installed
 	touch $@
 
 bench: install $(BIN)/.bench-installed
@@ -71,4 +96,4 @@ cluster: install
 	$(BIN)/python -m bench.cluster
 
 clean:
-	rm -rf $(VENV) instance .pytest_cache
+	rm -rf $(VENV) .venv-tools instance .pytest_cache

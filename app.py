@@ -80,7 +80,7 @@ def register_modules(app: Flask) -> None:
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics
-    from dlp import masker
+    from dlp import setup as dlp
     from documents import setup as documents
     from payments import setup as payments
     from taskrunner import appstate
@@ -88,7 +88,7 @@ def register_modules(app: Flask) -> None:
 
     appstate.init_app(app)
     with app.app_context():
-        for module in (tenancy, masker, diagnostics, payments, accounts, coursebuilder, documents):
+        for module in (tenancy, dlp, diagnostics, payments, accounts, coursebuilder, documents):
             module.init_app(app)
         for module in extra_modules(app.config.get("TASKLEDGER_EXTRA_MODULES") or ""):
             module.init_app(app)
@@ -106,7 +106,7 @@ def extra_modules(names: str) -> list[ModuleType]:
 
 
 def register_blueprints(app: Flask) -> None:
-    from blueprints import ui
+    from blueprints import host_header, ui
     from blueprints.api import bp as api
     from blueprints.auth import bp as auth
     from blueprints.backoffice import bp as backoffice
@@ -115,9 +115,13 @@ def register_blueprints(app: Flask) -> None:
     from blueprints.problems import refuse_long_request_target
     from blueprints.tenant_api import bp as tenant_api
     from blueprints.tenant_api.document import bp as tenant_api_document
+    from blueprints.unit_keys import UnitKeyConverter
 
+    # Before any route names it: a unit key is one path segment in every URL.
+    app.url_map.converters["unit_key"] = UnitKeyConverter
     ui.init_app(app)
     app.before_request(refuse_long_request_target)  # before a token or a session is read
+    host_header.init_app(app)
     for blueprint in (auth, backoffice, api):
         app.register_blueprint(blueprint)
     app.register_blueprint(health)

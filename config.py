@@ -155,6 +155,11 @@ class Config:
         # Proxies in front of the app that append to X-Forwarded-For / -Proto (0: none;
         # a client's own X-Forwarded-* headers are then ignored).
         self.TRUSTED_PROXY_HOPS = _int("TRUSTED_PROXY_HOPS", 0)
+        # Host headers the app answers (comma-separated; ".example.com" takes subdomains);
+        # any other is a 400. Unset: every host, as Flask does.
+        self.TRUSTED_HOSTS = [
+            host.strip() for host in env.get("TRUSTED_HOSTS", "").split(",") if host.strip()
+        ] or None
         self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60)
         self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
         self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)

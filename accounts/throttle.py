@@ -9,9 +9,12 @@ resets the count.
 
 Keys: the address (many accounts behind one address are someone guessing; an
 IPv6 address counts by its /64), and the account. An address the operator signed
-in from before has an account key of its own (``account:<email>|<address>``):
-failures from elsewhere -- an attacker spraying the operator's email -- never lock
-the operator out there, and failures from there slow that address down the same way.
+in from before has an account key of its own (``account:<email>|<address>``), and
+an attempt of that known pair counts on that key only: failures from elsewhere -- an
+attacker spraying the operator's email -- never lock the operator out there, nor do
+strangers' failures from that same address (spraying random emails blocks the
+address key, which still slows every stranger there down); the pair's own failures
+slow it down the same way.
 """
 
 from __future__ import annotations
@@ -63,9 +66,13 @@ def address_key(address: str) -> str:
 
 
 def keys_for(email: str, address: str | None, known: bool) -> list[tuple[str, Policy]]:
-    """The keys an attempt counts on, in the order every transaction locks them."""
+    """The keys an attempt counts on, in the order every transaction locks them.
+
+    A known (account, address) pair counts on its own key only: the address key, which
+    anyone there can fill, must not lock its operator out.
+    """
     keys = [(account_key(email, address, known), ACCOUNT)]
-    if address:
+    if address and not known:
         keys.append((address_key(address), ADDRESS))
     return sorted(keys)
 
@@ -145,15 +152,18 @@ def signed_in(user_id: int, email: str, address: str | None, known: bool) -> Non
     with write_transaction(db.session):
         db.session.execute(delete(SignInThrottle).where(SignInThrottle.key == account))
         if address:
-            _give_back_and_remember(user_id, address, now)
+            _give_back_and_remember(user_id, address, now, counted_on_address=not known)
 
 
-def _give_back_and_remember(user_id: int, address: str, now: datetime) -> None:
-    db.session.execute(
-        update(SignInThrottle)
-        .where(SignInThrottle.key == address_key(address), SignInThrottle.failures > 0)
-        .values(failures=SignInThrottle.failures - 1)
-    )
+def _give_back_and_remember(
+    user_id: int, address: str, now: datetime, counted_on_address: bool
+) -> None:
+    if counted_on_address:
+        db.session.execute(
+            update(SignInThrottle)
+            .where(SignInThrottle.key == address_key(address), SignInThrottle.failures > 0)
+            .values(failures=SignInThrottle.failures - 1)
+        )
     db.session.execute(
         _upsert(KnownSignInAddress)
         .values(user_id=user_id, address=address, last_signed_in_at=now)

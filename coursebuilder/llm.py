@@ -4,7 +4,9 @@
 its latency and failures from the run's options, for tests and the demo.
 ``HttpDriver`` talks to an OpenAI-compatible chat-completions endpoint. Both
 raise only ``LLMError`` subclasses, whose messages never carry the key, the
-prompt or the endpoint's body, so a step's redacted reason is readable.
+prompt or the endpoint's body, so a step's redacted reason is readable. The HTTP
+driver never follows a redirect (``security.outbound``): a 30x is a refusal with its
+status, and the key never goes to the host a redirect names.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from security.outbound import open_without_redirects
 from taskrunner.contract import register_domain_error
 
 
@@ -114,7 +117,7 @@ class HttpDriver:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with open_without_redirects(request, self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             raise _http_error(exc) from None
@@ -135,6 +138,10 @@ def _http_error(exc: urllib.error.HTTPError) -> LLMError:
     if status == 429:
         retry_after = _seconds(exc.headers.get("Retry-After") if exc.headers else None)
         return LLMRateLimited("language model rate limit reached (HTTP 429)", retry_after)
+    if 300 <= status < 400:
+        return LLMRejected(
+            f"language model endpoint redirected the request, not followed (HTTP {status})"
+        )
     if status >= 500:
         return LLMUnavailable(f"language model endpoint failed (HTTP {status})")
     return LLMRejected(f"language model endpoint refused the request (HTTP {status})")

@@ -31,7 +31,15 @@ from coursebuilder.stages import (
 from database import utcnow, write_transaction
 from extensions import db
 from live import topics as live
-from taskrunner.contract import Tracked, contained, gate, lost_before, run_lock, stale_filter
+from taskrunner.contract import (
+    Tracked,
+    contained,
+    gate,
+    lost_before,
+    run_lock,
+    stale_filter,
+    store_reason,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +78,9 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
     if reason is None:
         _complete(run_id, run_uuid, step_id, stage, key, text)
     else:
-        fail_run(run_id, step_id, f"step {stage}/{key} failed: {reason}")
+        store_reason(
+            lambda why: fail_run(run_id, step_id, why), f"step {stage}/{key} failed: {reason}"
+        )
 
 
 def _claim(step_id: int) -> tuple[int, str, str] | None:

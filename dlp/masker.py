@@ -4,10 +4,12 @@ Only values that pass their checksum are masked, so order numbers and dates that
 merely look long survive. A value is found wherever it sits, never by one greedy
 match tried as a whole:
 
-- cards: digits joined by at most two spaces, dashes or dots form a run; every
-  window of 13 to 19 digits of a run is Luhn-checked, and every digit inside a
-  valid window is masked (``order 10 4111111111111111`` loses the card, not the
-  order number);
+- cards: digits joined by at most two spaces, dashes or dots form a run of groups;
+  a whole run of 13 to 19 digits, or a part of a run that starts and ends at its
+  groups' edges and reads as a number of its own, is Luhn-checked and masked if
+  valid (``order 10 4111111111111111`` loses the card, not the order number). Digits
+  are never taken out of the middle of a longer number: a 28-digit cost-centre code
+  stays whole and readable, even where some 16 of its digits happen to pass Luhn;
 - IBANs: from every two letters followed by two digits, as many characters as
   that country's IBAN has (spaces or dashes between groups of four allowed, any
   case), mod-97 checked;
@@ -18,16 +20,15 @@ A UUID is an identifier, never a secret, and operators search for run uuids in l
 and reasons: one whose groups happen to be all digits would otherwise pass for a
 card number, so UUID-shaped text is left as it is.
 
-Bound to the task runner's scrubber seam at app start (``init_app``): dlp depends
-on the runner, never the reverse.
+Half of the one scrubber (``security.scrub``: credentials, then these values), which
+``dlp.setup`` binds to the task runner's scrubber seam at app start: dlp depends on
+the runner, never the reverse.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-
-from taskrunner.contract import bind_scrubber
 
 # ISO 13616 registry: the length of each country's IBAN.
 IBAN_LENGTHS = {
@@ -52,6 +53,7 @@ UUID = re.compile(
     r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
     r"[0-9a-fA-F]{12}(?![0-9A-Za-z])"
 )
+SEPARATOR = re.compile(r"([ .\-]{1,2})")
 CARD_DIGITS = range(13, 20)
 # A digit's contribution to a Luhn sum when it is doubled.
 _DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
@@ -75,44 +77,70 @@ def iban_valid(candidate: str) -> bool:
     return int(numeric) % 97 == 1
 
 
-def _luhn_windows(digits: list[int]) -> list[tuple[int, int]]:
-    """(first, end) of every 13-19 digit window whose Luhn sum is 0 mod 10.
+def _groups(run: str) -> tuple[list[str], list[str]]:
+    """A digit run's groups of digits and the separators between them."""
+    parts = SEPARATOR.split(run)
+    return parts[0::2], parts[1::2]
 
-    Prefix sums by position parity make each window O(1): in a window ending at
-    ``end``, the digits doubled are those whose parity differs from ``end - 1``'s.
+
+def _set_apart(groups: list[str], separators: list[str], first: int, last: int) -> bool:
+    """Whether groups ``first..last`` of a run read as a number of their own.
+
+    The whole run always does. A part does when its groups are joined by one separator
+    and the run does not go on in the same shape on either side: a neighbour joined by
+    that same separator with a group as long as the part's edge group continues it
+    (``1234 5678 9012 3456 7890 1234 5678`` is one 28-digit number, not a card inside
+    one), while ``order 10 4111 1111 1111 1111`` ends the order number where the card
+    begins. A single group of 13 to 19 digits always reads as its own number.
     """
-    sums = [[[0], [0]], [[0], [0]]]  # sums[doubled][parity]: prefix sums
-    for index, digit in enumerate(digits):
-        for doubled, value in ((0, digit), (1, _DOUBLED[digit])):
-            for parity in (0, 1):
-                prefix = sums[doubled][parity]
-                prefix.append(prefix[-1] + (value if index % 2 == parity else 0))
-    windows = []
-    for first in range(len(digits)):
-        for size in CARD_DIGITS:
-            end = first + size
-            if end > len(digits):
-                break
-            kept, doubled = (end - 1) % 2, end % 2
-            total = (sums[0][kept][end] - sums[0][kept][first] + sums[1][doubled][end]) - sums[1][
-                doubled
-            ][first]
-            if total % 10 == 0:
-                windows.append((first, end))
-    return windows
+    if first == 0 and last == len(groups) - 1:
+        return True
+    inside = set(separators[first:last])
+    if len(inside) > 1:
+        return False
+    if not inside:
+        return True
+    [joint] = inside
+    left = (
+        first > 0
+        and separators[first - 1] == joint
+        and len(groups[first - 1]) == len(groups[first])
+    )
+    right = (
+        last < len(groups) - 1
+        and separators[last] == joint
+        and len(groups[last + 1]) == len(groups[last])
+    )
+    return not (left or right)
 
 
 def _card_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans covering every Luhn-valid 13-19 digit window of every digit run."""
+    """Character spans of the Luhn-valid card numbers of every digit run.
+
+    A card number is a whole run of 13 to 19 digits, or a part of a run that starts and
+    ends at its groups' edges and reads as a number of its own (``_set_apart``): never
+    some digits out of the middle of a longer number, so a long reference stays whole.
+    """
     spans = []
     for run in DIGIT_RUN.finditer(text):
         if run.end() - run.start() < CARD_DIGITS.start:
             continue  # fewer characters than a card has digits: most runs, skipped cheaply
-        positions = [run.start() + i for i, c in enumerate(run.group()) if c.isdigit()]
-        if len(positions) < CARD_DIGITS.start:
-            continue
-        for first, end in _luhn_windows([int(text[p]) for p in positions]):
-            spans.append((positions[first], positions[end - 1] + 1))
+        groups, separators = _groups(run.group())
+        starts = [run.start()]
+        for group, separator in zip(groups, separators, strict=False):
+            starts.append(starts[-1] + len(group) + len(separator))
+        for first in range(len(groups)):
+            digits = ""
+            for last in range(first, len(groups)):
+                digits += groups[last]
+                if len(digits) > CARD_DIGITS.stop - 1:
+                    break
+                if (
+                    len(digits) in CARD_DIGITS
+                    and luhn_valid(digits)
+                    and _set_apart(groups, separators, first, last)
+                ):
+                    spans.append((starts[first], starts[last] + len(groups[last])))
     return spans
 
 
@@ -178,7 +206,3 @@ def mask(text: str) -> str:
         at = uuid.end()
     out.append(_mask_values(text[at:]))
     return "".join(out)
-
-
-def init_app(_app) -> None:
-    bind_scrubber(mask)

@@ -4,7 +4,9 @@ The provider answers ``POST {DOCUMENTS_PROVIDER_URL}/documents`` with
 ``{"reference": "..."}``. What may go wrong is said in domain errors whose
 messages an operator may read: they never carry the URL, the token or the body.
 A 5xx, 408, 429, a timeout or a refused connection is transient (Huey retries);
-any other 4xx is a rejection no retry can fix.
+any other 4xx is a rejection no retry can fix, and so is a redirect: the client never
+follows one (``security.outbound``), so the token never reaches another host and a
+redirected answer never passes for the provider's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from security.outbound import open_without_redirects
 from taskrunner.contract import PermanentError, TaskReportableError
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
@@ -67,7 +70,7 @@ class ProviderClient:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with open_without_redirects(request, self.timeout) as response:
                 payload = response.read()
         except urllib.error.HTTPError as exc:
             raise self._status_error(exc.code, _error_code(exc)) from None
@@ -95,6 +98,8 @@ class ProviderClient:
     @staticmethod
     def _status_error(status: int, code: str | None) -> ProviderError:
         detail = f" ({code})" if code else ""
+        if 300 <= status < 400:
+            return ProviderRejected(f"provider redirected the request, not followed: HTTP {status}")
         if status >= 500 or status in TRANSIENT_STATUSES:
             return ProviderUnavailable(f"provider unavailable: HTTP {status}{detail}")
         return ProviderRejected(f"provider rejected the document: HTTP {status}{detail}")

@@ -40,6 +40,7 @@ from typing import Any
 
 from security.files import private_file
 from security.refs import error_ref
+from security.sanitise import encodable
 from security.scrub import scrub
 
 FORMAT = "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"
@@ -72,20 +73,21 @@ def configure_logging(target: str | None = None, level: str | int = "INFO") -> N
 
 
 def scrub_record(record: logging.LogRecord) -> logging.LogRecord:
-    """Format, reference and scrub ``record`` in place."""
+    """Format, reference and scrub ``record`` in place (and make it encodable: a lone
+    surrogate in an exception's message would otherwise lose the whole line)."""
     try:
         message = record.getMessage()
     except Exception:  # arguments that do not fit the message: keep both, scrubbed
         message = f"{record.msg!r} % {record.args!r}"
     if record.exc_info and record.exc_info[1] is not None:
         message = f"{message} [ref {error_ref(record.exc_info[1])}]"
-        record.exc_text = scrub(_render.formatException(record.exc_info))
+        record.exc_text = encodable(scrub(_render.formatException(record.exc_info)))
         record.exc_info = None
     elif record.exc_text:
-        record.exc_text = scrub(record.exc_text)
-    record.msg, record.args = scrub(message), ()
+        record.exc_text = encodable(scrub(record.exc_text))
+    record.msg, record.args = encodable(scrub(message)), ()
     if record.stack_info:
-        record.stack_info = scrub(record.stack_info)
+        record.stack_info = encodable(scrub(record.stack_info))
     return record
 
 

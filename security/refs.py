@@ -16,11 +16,14 @@ _REF_ATTRIBUTE = "_taskledger_error_ref"
 
 def error_ref(exc: BaseException) -> str:
     """The short reference of ``exc``: made on first use, the same ever after."""
-    ref = getattr(exc, _REF_ATTRIBUTE, None)
-    if ref is None:
+    try:
+        ref = getattr(exc, _REF_ATTRIBUTE, None)
+    except Exception:  # an exception whose attribute access itself fails
+        ref = None
+    if not isinstance(ref, str):
         ref = secrets.token_hex(4)
         try:
             setattr(exc, _REF_ATTRIBUTE, ref)
-        except AttributeError:  # an exception type that takes no attributes
+        except Exception:  # an exception type that takes no attributes: one ref per call
             pass
     return ref

@@ -1,4 +1,10 @@
-"""Removes secrets from text bound for a log: credential shapes, then the DLP masker.
+"""The one scrubber: credential shapes, then the DLP masker's values.
+
+Every log record passes through it (``security.logs``), and so does every text the
+task runner stores and every event payload it writes (``dlp.setup`` binds it to the
+runner's scrubber seam; ``taskrunner.redaction.bounded`` applies it). Scrubbing is
+idempotent: a scrubbed text goes through again unchanged, so a reason stored, read
+back and stored again with a prefix stays as it was.
 
 The patterns cover what drivers, HTTP clients and access logs put in their
 messages: ``password=…``-style pairs, vendor API keys (``sk_live_…``), our
@@ -30,10 +36,13 @@ _PATTERNS: tuple[tuple[tuple[str, ...], re.Pattern[str], str], ...] = (
         re.compile(rf"(?i)(['\"](?:{_SECRET_NAMES})['\"]\s*:\s*)(['\"])(?:\\.|(?!\2).)*\2"),
         rf"\1\2{REDACTED}\2",
     ),
-    # password=… in query strings, DSNs and prose; not a "%(token)s" placeholder.
+    # password=… in query strings, DSNs and prose; not a "%(token)s" placeholder, nor a
+    # value scrubbed already.
     (
         _NAME_TRIGGERS,
-        re.compile(rf"(?i)\b((?:{_SECRET_NAMES})\s*[=:]\s*)(['\"]?)(?!%\()[^\s'\"&,;)}}\]]+"),
+        re.compile(
+            rf"(?i)\b((?:{_SECRET_NAMES})\s*[=:]\s*)(['\"]?)(?!%\(|\[redacted\])[^\s'\"&,;)}}\]]+"
+        ),
         rf"\1\2{REDACTED}",
     ),
     (

@@ -28,7 +28,13 @@ from taskrunner.jobs import contained, gate
 from taskrunner.ledger import ledger
 from taskrunner.ledger.stale_rules import Tracked, lost_before, stale_filter
 from taskrunner.ledger.writes import run_lock
-from taskrunner.redaction import bind_scrubber, bounded, redact, register_domain_error
+from taskrunner.redaction import (
+    bind_scrubber,
+    bounded,
+    redact,
+    register_domain_error,
+    store_reason,
+)
 from taskrunner.registry import registry
 from taskrunner.runner import start as start_run
 from taskrunner.single import tracked_job
@@ -93,6 +99,7 @@ __all__ = [
     "run_lock",
     "stale_filter",
     "start_run",
+    "store_reason",
     "subscribe",
     "tracked_job",
     "unit_in_flight",

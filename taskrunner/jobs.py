@@ -29,7 +29,7 @@ from taskrunner import tenant_scope
 from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_of
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import EXPIRED, Claim, ledger
-from taskrunner.redaction import redact
+from taskrunner.redaction import redact, store_reason
 from taskrunner.registry import registry
 from taskrunner.soft_timeout import soft_timeouts
 from taskrunner.types import TaskDefinition
@@ -171,7 +171,7 @@ def _settle(claim: Claim, reason: str | None) -> bool | None:
         if outcome.maybe_last:
             ledger.transitions.finalize(claim.run.id)
         return True
-    if not ledger.transitions.fail(claim, reason):
+    if not store_reason(lambda text: ledger.transitions.fail(claim, text), reason):
         return None
     ledger.transitions.finalize(claim.run.id)
     return True

@@ -26,7 +26,7 @@ from extensions import db
 from taskrunner import tenant_scope
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import ledger
-from taskrunner.redaction import redact
+from taskrunner.redaction import redact, store_reason
 from taskrunner.types import PermanentError, TaskRunnerError, TaskUnit
 from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
@@ -113,12 +113,12 @@ def execute_attempt(
                 unit.key,
                 reason,
             )
-            ledger.single_jobs.release_attempt(claim, reason)
+            store_reason(lambda text: ledger.single_jobs.release_attempt(claim, text), reason)
             _raise_to_huey(exc)
         logger.exception(
             "%s (%s) failed for good after %d attempts", type_, unit.key, claim.attempts
         )
-        if ledger.transitions.fail(claim, reason):
+        if store_reason(lambda text: ledger.transitions.fail(claim, text), reason):
             ledger.transitions.finalize(claim.run.id)
         if task.retries:
             # A permanent error: Huey must not spend the retries that are left.

@@ -125,7 +125,7 @@ def run(run_uuid: str):
     )
 
 
-@bp.get("/task-runs/<run_uuid>/units/<path:unit_key>")
+@bp.get("/task-runs/<run_uuid>/units/<unit_key:unit_key>")
 @permission_required(VIEW)
 def unit(run_uuid: str, unit_key: str):
     run = run_or_404(run_uuid)

@@ -16,8 +16,12 @@ from taskrunner.redaction import reason_kind
 from taskrunner.types import UnitStatus
 
 # Digits and error references vary between otherwise identical reasons ("probe unit 7
-# failed", "unhandled …Error — see logs, ref 3f9c0a1b").
-_VARYING = re.compile(rf"(?<=ref ){REF_CODE}|\d+")
+# failed", "unhandled …Error — see logs, ref 3f9c0a1b"). A period (2026-11) is not a
+# number that varies: "no statement for 2026-10" and "… for 2026-11" are two groups, and
+# each says which month. One pattern, run by Python and by PostgreSQL's regexp_replace.
+_PERIOD = r"(?:19|20)\d\d-(?:0[1-9]|1[0-2])(?!\d)"
+_MONTH_OF_A_PERIOD = r"(?<=(?<!\d)(?:19|20)\d\d-)(?:0[1-9]|1[0-2])(?!\d)"
+_VARYING = re.compile(rf"(?<=ref ){REF_CODE}|(?<!\d)(?!{_PERIOD})(?!{_MONTH_OF_A_PERIOD})\d+")
 TENANT_SAMPLE = 12
 
 

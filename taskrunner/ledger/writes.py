@@ -29,6 +29,7 @@ from taskrunner import delivery
 from taskrunner import events as ev
 from taskrunner.ledger.records import UNIT_COLUMNS, Actor, is_uuid, not_deleted
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
+from taskrunner.redaction import stored_payload
 from taskrunner.types import Refused, RunStatus, TaskUnit, UnitStatus
 
 
@@ -69,7 +70,7 @@ class Writes:
             "event_id": str(uuid_lib.uuid4()),
             "name": event.name,
             "task_run_id": run_id,
-            "payload": event.payload(),
+            "payload": stored_payload(event.payload()),
             "created_at": utcnow(),
         }
         self.session.execute(insert(OutboxEvent), [row])
@@ -183,6 +184,6 @@ class Writes:
                 actor=actor.name,
                 source=actor.source,
                 address=actor.address,
-                detail=detail,
+                detail=stored_payload(detail),
             )
         )

@@ -64,8 +64,18 @@ def deployment_app(make_app, monkeypatch, **env: str):
 def sign_in_over(app, scheme: str):
     with app.app_context():
         viewer = make_user("viewer@example.com", VIEW)
-    web = webtest.TestApp(app, extra_environ={"wsgi.url_scheme": scheme})
+    # The host the example deployment trusts (TRUSTED_HOSTS): any other is a 400.
+    web = webtest.TestApp(
+        app, extra_environ={"wsgi.url_scheme": scheme, "HTTP_HOST": "taskledger.example.com"}
+    )
     return sign_in(web, viewer)
+
+
+def test_the_example_deployment_refuses_a_host_it_does_not_serve(make_app, monkeypatch):
+    app = deployment_app(make_app, monkeypatch)
+    web = webtest.TestApp(app, extra_environ={"HTTP_HOST": "evil.example"})
+
+    assert web.get("/login", expect_errors=True).status_int == 400
 
 
 def test_the_example_deployment_sends_secure_cookies_and_hsts(make_app, monkeypatch):

@@ -5,10 +5,13 @@ carrying a vendor key and a card number: its log holds neither, and its 500 name
 the reference on the log line. A ``diagnostics.probe`` run whose units fail with
 driver-style errors carrying ``sk_live_PROBE_SECRET`` and ``4111 1111 1111 1111``
 is started by the CLI and run by the real consumers ``flask workers --mode lean``
-starts (periodic tasks included). Then every log file, database file and queue
-file is searched for the secrets, the card number in any spacing; on PostgreSQL
-every table's rows and on Redis every key of the test's database stand for the
-database and queue files.
+starts (periodic tasks included); then a run of a tenant's units failing with a
+domain error whose message carries an API key, a bearer token, a password in a URL,
+``password=``/``token=`` pairs and a card number (``tests.leaky_types``), each failing
+the tenant's pending request with the same error, on the same consumers. Then every
+log file, database file and queue file is searched for the secrets, the card number in
+any spacing; on PostgreSQL every table's rows and on Redis every key of the test's
+database stand for the database and queue files.
 """
 
 from __future__ import annotations
@@ -27,17 +30,24 @@ from sqlalchemy import insert, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from accounts.models import UserPermission
+from asyncrequests.models import AsyncRequest
 from extensions import db
-from taskrunner.contract import RunStatus
+from taskrunner import runner
+from taskrunner.contract import RunStatus, register
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
+from tests.leaky_types import EXTRA_MODULES, LEAKY, REQUEST_KIND, LeakyTask
+from tests.leaky_types import FOUND as LEAKED
 from tests.security.server_hooks import FAILING_PATHS, VendorDown
 from tests.security.support import HOOKS, HttpClient
 from tests.support import ROOT, process_env, see_logs, wait_for
+from tests.web.tenant_api_support import make_tenant
 
 pytestmark = pytest.mark.workers
 
-SECRETS = re.compile(rb"sk_live_PROBE_SECRET|4111[\s._-]*1111[\s._-]*1111[\s._-]*1111")
+SECRETS = re.compile(
+    rb"sk_live_PROBE_SECRET|4111[\s._-]*1111[\s._-]*1111[\s._-]*1111|" + LEAKED.pattern.encode()
+)
 REF = re.compile(r"ref ([0-9a-f]{8})")
 UNITS, VENDOR_EVERY = 28, 7
 
@@ -79,7 +89,7 @@ def lean_workers(app, tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "flask", "--app", "app", "workers", "--mode", "lean"],
         cwd=ROOT,
-        env={**process_env(app), "LOG_FILE": ""},  # consumers log to stderr
+        env={**process_env(app, **EXTRA_MODULES), "LOG_FILE": ""},  # consumers log to stderr
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -94,7 +104,7 @@ def lean_workers(app, tmp_path):
     log.close()
 
 
-def test_a_vendor_failing_probe_leaves_no_secret_anywhere_and_refs_find_the_log_line(
+def test_failing_runs_leave_no_secret_anywhere_and_refs_find_the_log_line(
     app, lean_workers, tmp_path, capsys
 ):
     context = {"units": UNITS, "vendor_fail_every": VENDOR_EVERY, "fail_every": 10}
@@ -116,6 +126,7 @@ def test_a_vendor_failing_probe_leaves_no_secret_anywhere_and_refs_find_the_log_
                 TaskRunUnit.task_run_id == run.id, TaskRunUnit.last_error.like("unhandled%")
             )
         ).all()
+        leaky = leaky_run_on_the_consumers()
         rows = database_rows() if db.engine.dialect.name == "postgresql" else None
     # 7, 14, 21, 28 fail as vendor errors (10 and 20 as domain errors).
     assert sorted(key for key, _ in vendor) == ["probe-14", "probe-21", "probe-28", "probe-7"]
@@ -138,6 +149,35 @@ def test_a_vendor_failing_probe_leaves_no_secret_anywhere_and_refs_find_the_log_
         assert f"Unit {key} of run {run_uuid}" in line
 
     assert "Traceback" in worker_log and "[card ····1111]" in worker_log
+    # The domain failures kept their message, scrubbed, in the ledger and for the tenant.
+    assert (
+        leaky["units"] == leaky["requests"] == {"vendor refused the export: key sk_live_[redacted]"}
+    )
+    assert "Authorization: Bearer [redacted]" in worker_log
+
+
+def leaky_run_on_the_consumers() -> dict[str, set[str]]:
+    """A run of three units of a tenant, each failing with credentials in its message."""
+    register(LeakyTask())
+    tenant_id = make_tenant("Acme")
+    handle = runner.start(LEAKY, {"tenant_id": tenant_id, "units": 3}, "test")
+
+    def closed():
+        db.session.rollback()
+        run = ledger.runs.get_run(handle.uuid)
+        return run if run.status != RunStatus.RUNNING else None
+
+    run = wait_for(closed, timeout=120, message="the leaky run to close")
+    assert (run.status, run.units_failed) == (RunStatus.FAILED, 3)
+    reasons = {u["last_error"] for u in ledger.runs.run_units_page(run).items}
+    requests = set(
+        db.session.execute(
+            select(AsyncRequest.reason).where(AsyncRequest.kind == REQUEST_KIND)
+        ).scalars()
+    )
+    db.session.rollback()
+    head = len("vendor refused the export: key sk_live_[redacted]")
+    return {"units": {r[:head] for r in reasons}, "requests": {r[:head] for r in requests}}
 
 
 @pytest.mark.parametrize("path", FAILING_PATHS, ids=["page", "problem-body"])

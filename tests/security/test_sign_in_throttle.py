@@ -1,6 +1,7 @@
 """Sign-in throttling against a real gunicorn: parallel guesses, proxies, lockout as a weapon.
 
-Items 3 and 4 of the security review. The server runs 2 workers x 4 threads, so
+Items 3 and 4 of the security review, and item 3 of the second (strangers spraying
+from an operator's known address). The server runs 2 workers x 4 threads, so
 sign-ins really race; ``TRUSTED_PROXY_HOPS=1`` makes it trust one proxy, whose
 X-Forwarded-For the client sets (``HttpClient.forwarded_for``). The parallel test's
 server counts its password checks (``server_hooks``): a throttled answer must have
@@ -151,6 +152,32 @@ def test_guessing_an_operators_password_does_not_lock_them_out_where_they_signed
     # Elsewhere the account got blocked...
     assert guesses[: FREE + 1] == [200] * (FREE + 1) and guesses[-1] == 429, guesses
     # ...but not where its operator signs in.
+    assert HttpClient(port, forwarded_for="203.0.113.10").sign_in(VICTIM, PASSWORD).status == 302
+
+
+def test_strangers_spraying_from_a_known_address_never_lock_its_operator_out_there(
+    gunicorn, victim
+):
+    port = gunicorn.start(TRUSTED_PROXY_HOPS="1")
+    office = HttpClient(port, forwarded_for="203.0.113.10")
+    assert office.sign_in(VICTIM, PASSWORD).status == 302
+    office.post_form("/logout", {"csrf_token": office.csrf_token("/backoffice/task-runs")})
+
+    # Someone behind the same office address guesses random accounts until the address
+    # key blocks: 20 free failures, then 429.
+    sprayed = until_throttled(
+        lambda i: (
+            HttpClient(port, forwarded_for="203.0.113.10")
+            .sign_in(f"guess{i}@example.com", WRONG)
+            .status
+        )
+    )
+    assert sprayed[:21] == [200] * 21 and sprayed[-1] == 429, sprayed
+
+    # The address key still slows strangers down there...
+    stranger = HttpClient(port, forwarded_for="203.0.113.10")
+    assert stranger.sign_in("another-guess@example.com", WRONG).status == 429
+    # ...but the operator, known there, counts on their own key only, and signs in.
     assert HttpClient(port, forwarded_for="203.0.113.10").sign_in(VICTIM, PASSWORD).status == 302
 
 

@@ -7,7 +7,9 @@ import json
 
 import pytest
 import webtest
+from sqlalchemy import event
 
+from extensions import db
 from tests.security.support import HttpClient
 from tests.support import wait_for
 from tests.web.tenant_api_support import PERIOD, bearer, tenant_with_token
@@ -76,6 +78,33 @@ def test_an_address_over_its_rate_limit_gets_429_even_with_a_valid_token(make_ap
 
     assert "Retry-After" in guesser.get(POLL, headers=bearer(token), status=429).headers
     client(app, "198.51.100.67").get(POLL, headers=bearer(token), status=404)
+
+
+def test_a_guess_over_the_address_limit_is_refused_before_any_token_is_looked_up(make_app):
+    app = make_app(TENANT_API_RATE_PER_TOKEN=100, TENANT_API_RATE_PER_ADDRESS=3)
+    with app.app_context():
+        _tenant, token = tenant_with_token("Acme")
+        engine = db.engine
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    guesser = client(app, "198.51.100.66")
+    for i in range(3):
+        guesser.get(POLL, headers=bearer(f"tlk_{i:012x}_guess"), status=401)
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        over = [
+            guesser.get(POLL, headers=bearer(guess), status=429)
+            for guess in ("tlk_0000000000ff_guess", token)
+        ]
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+    assert all("Retry-After" in answer.headers for answer in over)
+    # The docs' promise: counted first, so an over-limit guess costs no token read.
+    assert statements and not [s for s in statements if "tenant_api_tokens" in s], statements
 
 
 def test_the_rate_limit_is_shared_by_every_web_host(make_app):

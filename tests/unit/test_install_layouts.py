@@ -42,7 +42,7 @@ errors = [
 domain = [
     PermanentError("invoice 7 refused card 4111 1111 1111 1111"),
     NoTenant("no tenant for unit 7"),
-    Declined("declined: unit 7"),
+    Declined("declined: unit 7 by postgresql://u:hunter2@h/db"),
 ]
 with app.app_context():  # the app's scrubber, as in a worker
     print(json.dumps({{
@@ -52,8 +52,13 @@ with app.app_context():  # the app's scrubber, as in a worker
         "domain": [redaction.redact(e) for e in domain],
     }}))
 """
-# A domain error keeps its message, scrubbed: the project's own, registered, or a module's.
-DOMAIN = ["invoice 7 refused card [card ····1111]", "no tenant for unit 7", "declined: unit 7"]
+# A domain error keeps its message, scrubbed of values and credentials: the project's own,
+# registered, or a module's.
+DOMAIN = [
+    "invoice 7 refused card [card ····1111]",
+    "no tenant for unit 7",
+    "declined: unit 7 by postgresql://u:[redacted]@h/db",
+]
 EXPECTED = [
     see_logs(r"redis\.exceptions\.ConnectionError"),
     see_logs(r"sqlalchemy\.exc\.OperationalError"),

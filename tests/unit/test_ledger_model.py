@@ -3,20 +3,21 @@ workers, queues and operators do, and after every step the database must agree w
 small reference model and keep the ledger's invariants.
 
 Steps: start runs of 0-4 units (each unit succeeds, fails with a domain error carrying a
-card number, or with a driver error carrying a secret), deliver a queued job, deliver a
-job twice, deliver a superseded job late, a worker dying right after the gate, a SIGTERM
-before the gate or mid-job (the hand-back), retry (all or failed-only), cancel, prune, the
-stuck sweep, a lost job aged past its drain horizon (alone, and met by the sweep in the
-same step), the relay with a subscriber that fails on and off. Domain, vendor and
-subscriber errors carry a card number, an IBAN, an SSN and (vendor) a secret token.
+card number and credentials, or with a driver error carrying a secret), deliver a queued
+job, deliver a job twice, deliver a superseded job late, a worker dying right after the
+gate, a SIGTERM before the gate or mid-job (the hand-back), retry (all or failed-only),
+cancel, prune, the stuck sweep, a lost job aged past its drain horizon (alone, and met
+by the sweep in the same step), the relay with a subscriber that fails on and off. Domain,
+vendor and subscriber errors carry a card number, an IBAN, an SSN, an API key, a bearer
+token, a password in a URL and ``password=``/``token=`` pairs.
 
 Invariants after every step: every run and unit as the model says (status, attempts,
 executions); a closed run's snapshot equals its unit rows; a terminal run's units never
 change; exactly one close event per close, delivered once to a healthy subscriber;
 a refused delivery is retried or parked, never lost or repeated; cancelled never becomes
 running again; prune never removes a run that is not terminal; no text column the ledger
-writes carries the token or anything the masker would still mask, and no stored reason
-exceeds 500 characters.
+writes carries a credential or anything the scrubber would still remove, and no stored
+reason exceeds 500 characters.
 
 Bounded for CI (``LEDGER_MODEL_EXAMPLES`` and ``LEDGER_MODEL_STEPS`` raise the bounds);
 on failure the seed is printed, and ``LEDGER_MODEL_SEED`` replays it.
@@ -48,8 +49,8 @@ from sqlalchemy import JSON, String, select, update
 from sqlalchemy.exc import OperationalError
 
 from database import utcnow
-from dlp.masker import mask
 from extensions import db
+from security.scrub import scrub
 from taskrunner import delivery, events, runner
 from taskrunner.contract import (
     TERMINAL_RUN,
@@ -63,7 +64,7 @@ from taskrunner.contract import (
 from taskrunner.jobs import EXPIRED, handed_back
 from taskrunner.ledger import ledger
 from taskrunner.models import EventDelivery, OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
-from taskrunner.redaction import MAX_LENGTH
+from taskrunner.redaction import MAX_LENGTH, bounded
 from tasks.queues import queues
 from tests.conftest import empty_tables
 from tests.support import see_logs
@@ -73,8 +74,15 @@ SECRET = "sk_live_PROBE_SECRET"
 CARD = "4111 1111 1111 1111"
 IBAN = "DE89 3704 0044 0532 0130 00"
 SSN = "078-05-1120"
+BEARER, PASSWORD, TOKEN = "BearerSecret0123456789", "hunter2", "t0ken-model-0123"
+CREDENTIALS = (
+    f"key {SECRET}, Authorization: Bearer {BEARER}, postgresql://u:{PASSWORD}@h/db, "
+    f"password={PASSWORD}&token={TOKEN}"
+)
 # The values every domain, vendor and subscriber message carries: none may be stored.
-SENSITIVE = f"card {CARD} iban {IBAN} ssn {SSN}"
+SENSITIVE = f"card {CARD} iban {IBAN} ssn {SSN} {CREDENTIALS}"
+# What no stored text may keep of them (the values: whatever the masker would mask).
+LEAKED = re.compile("|".join(re.escape(s) for s in ("PROBE_SECRET", BEARER, PASSWORD, TOKEN)))
 VENDOR_REASON = see_logs(r"sqlalchemy\.exc\.OperationalError")
 
 
@@ -276,8 +284,7 @@ class LedgerMachine(RuleBasedStateMachine):
         elif unit.outcome == "vendor":
             unit.status, unit.reason = "failed", VENDOR_REASON
         else:
-            message = mask(domain_message(unit.key, run.long))
-            unit.status, unit.reason = "failed", message[:MAX_LENGTH]
+            unit.status, unit.reason = "failed", bounded(domain_message(unit.key, run.long))
         self.finalize(run)
 
     # -- rules -------------------------------------------------------------------------
@@ -573,8 +580,8 @@ class LedgerMachine(RuleBasedStateMachine):
         for column, text in stored_texts():
             if text in self.clean_texts:
                 continue  # most rows are unchanged since the last step
-            assert "sk_live_" not in text, f"{column}: {text}"
-            assert mask(text) == text, f"{column} keeps what the masker masks: {text}"
+            assert not LEAKED.search(text), f"{column}: {text}"
+            assert scrub(text) == text, f"{column} keeps what the scrubber removes: {text}"
             self.clean_texts.add(text)
         db.session.rollback()
 

@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 from coursebuilder.llm import LLMUnavailable
 from dlp.masker import iban_valid, luhn_valid, mask
 from security.refs import error_ref
+from security.scrub import scrub
 from taskrunner import redaction, runner
 from taskrunner.contract import TaskOptions, TaskReportableError, register_domain_error
 from taskrunner.ledger import ledger
@@ -113,6 +114,101 @@ def test_the_scrubber_seam_passes_through_until_dlp_binds_it():
 
 def test_the_app_binds_the_dlp_masker(ctx):
     assert redaction.redact(TaskReportableError("ssn 123-45-6789")) == "ssn [ssn]"
+
+
+@pytest.mark.parametrize(
+    ("message", "secret", "kept"),
+    [
+        ("key sk_live_4eC39HqLyjWDarjtT1zdp7dc refused", "4eC39HqLy", "key sk_live_[redacted]"),
+        ("sent Authorization: Bearer abcDEF123456ghi", "abcDEF123456ghi", "Bearer [redacted]"),
+        ("no route to postgresql://u:hunter2@h/db", "hunter2", "postgresql://u:[redacted]@h/db"),
+        ("login password=Tr0ub4dor failed", "Tr0ub4dor", "password=[redacted] failed"),
+        ("GET /x?token=t0ken-0123&page=2 refused", "t0ken-0123", "token=[redacted]&page=2"),
+        ("card 4111 1111 1111 1111 declined", "4111 1111", "card [card ····1111] declined"),
+    ],
+)
+def test_the_app_scrubs_credentials_and_values_from_a_domain_message(ctx, message, secret, kept):
+    """One scrubber for logs and the ledger: credentials as well as card numbers."""
+    reason = redaction.redact(TaskReportableError(message))
+    assert secret not in reason and kept in reason
+
+
+def test_a_megabyte_message_is_scrubbed_no_more_than_a_short_one(ctx):
+    seen: list[int] = []
+
+    def recording(text: str) -> str:
+        seen.append(len(text))
+        return scrub(text)
+
+    redaction.bind_scrubber(recording)
+    huge = "x" * 1_000_000 + " password=hunter2"
+    assert redaction.redact(TaskReportableError(huge)) == "x" * redaction.MAX_LENGTH
+    assert seen == [redaction.WINDOW]
+
+
+@pytest.mark.parametrize("cut_at", range(1, 19, 2))
+def test_a_card_cut_in_half_where_the_text_is_cut_leaves_no_digit_of_it(ctx, cut_at):
+    # The scrubber sees a window of the text: a card straddling its end is no card number
+    # there. A long password before it shrinks to "[redacted]", which pulls the window's
+    # end into the 500 characters kept: the card's first digits must not be among them.
+    card = "4111 1111 1111 1111"
+    head = "password=" + "p" * 400 + " words"
+    filler = " w" * ((redaction.WINDOW - cut_at - len(head) - 1) // 2)
+    message = f"{head}{filler}"[: redaction.WINDOW - cut_at - 1] + f" {card} " + "z" * 900
+    assert message.index(card) < redaction.WINDOW < message.index(card) + len(card)
+
+    reason = redaction.bounded(message)
+
+    assert reason.startswith("password=[redacted] words w w")
+    assert "4111" not in reason.replace(" ", "") and "411" not in reason[-6:]
+    assert len(reason) <= redaction.MAX_LENGTH
+
+
+class UnreadableError(TaskReportableError):
+    def __str__(self) -> str:
+        raise RuntimeError("no message today")
+
+
+class UnreferencedError(Exception):
+    """An exception that refuses to be given an attribute, or to be asked for one."""
+
+    def __getattribute__(self, name: str):
+        if name.startswith("_taskledger"):
+            raise RuntimeError("no attributes here")
+        return super().__getattribute__(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise RuntimeError("no attributes here")
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (UnreadableError("x"), "UnreadableError (its message could not be read)"),
+        (TaskReportableError("tenant 7\x00 declined"), "tenant 7 declined"),
+        (TaskReportableError("tenant 7 \ud800 declined"), "tenant 7 \ufffd declined"),
+        (
+            TaskReportableError("bell\x07, escape\x1b[31m, CR\r\nnext\tline"),
+            "bell, escape[31m, CR\nnext\tline",
+        ),
+        (TaskReportableError(""), "TaskReportableError"),
+    ],
+)
+def test_redaction_is_total_and_its_text_can_be_stored(ctx, exc, reason):
+    assert redaction.redact(exc) == reason
+
+
+def test_an_error_that_refuses_attributes_still_gets_a_reason_and_a_reference():
+    reason = redaction.redact(UnreferencedError("boom"))
+    assert see_logs(r"tests\.unit\.test_redaction\.UnreferencedError").fullmatch(reason)
+
+
+def test_a_scrubber_that_fails_withholds_the_text_and_never_raises(ctx):
+    def broken(text: str) -> str:
+        raise RecursionError("a pathological pattern")
+
+    redaction.bind_scrubber(broken)
+    assert redaction.redact(TaskReportableError("key sk_live_x")) == redaction.WITHHELD
 
 
 def test_checksums():
