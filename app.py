@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
 from flask import Flask
@@ -65,14 +67,15 @@ def register_modules(app: Flask) -> None:
     """Import every model and job module, and let modules bind their seams and types.
 
     The modules' init functions register into the runner's state of this app through
-    the runner's contract, which works on the app in context; tracked jobs, declared
-    when their modules are imported, are adopted last.
+    the runner's contract, which works on the app in context; a deployment's own
+    modules (``TASKLEDGER_EXTRA_MODULES``) come after the project's, in every process
+    that builds the app.
     """
     import asyncrequests.retention  # noqa: F401 - declares its daily prune
     import live.models  # noqa: F401 - the live topics and stream leases
     import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
-    import tasks.periodic  # noqa: F401 - registers the periodic jobs
+    import taskrunner.periodic  # noqa: F401 - declares the runner's periodic tasks
     import tasks.slots  # noqa: F401 - the periodic slot claims table
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder
@@ -89,7 +92,19 @@ def register_modules(app: Flask) -> None:
     with app.app_context():
         for module in (tenancy, dlp, diagnostics, payments, accounts, coursebuilder, documents):
             module.init_app(app)
-    appstate.adopt_declared_jobs(app)
+        for module in extra_modules(app.config.get("TASKLEDGER_EXTRA_MODULES") or ""):
+            module.init_app(app)
+
+
+def extra_modules(names: str) -> list[ModuleType]:
+    """A deployment's own modules (``TASKLEDGER_EXTRA_MODULES``, comma-separated), imported."""
+    found = []
+    for name in filter(None, (part.strip() for part in names.split(","))):
+        try:
+            found.append(importlib.import_module(name))
+        except ImportError as exc:
+            raise ValueError(f"TASKLEDGER_EXTRA_MODULES: cannot import {name!r} ({exc})") from None
+    return found
 
 
 def register_blueprints(app: Flask) -> None:

@@ -91,7 +91,7 @@ class Config:
         self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int("TASK_RUNNER_STUCK_AFTER_MINUTES", 60)
         self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30)
         self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
-        # Periods of the two sweeps that run every few minutes (periodic tasks, tasks/periodic.py).
+        # Periods of the two sweeps that run every few minutes (taskrunner/periodic.py).
         self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60)
         self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300)
         # The roll-up of units settled per minute (the queues page's last minute and hour).
@@ -106,6 +106,9 @@ class Config:
         # More task types for another queue than their definition names ("type=queue,...";
         # the routing table, tasks/routing.py TYPE_ROUTES, has the project's own).
         self.TASK_RUNNER_TYPE_ROUTES = env.get("TASK_RUNNER_TYPE_ROUTES", "")
+        # A deployment's own modules (comma-separated): the app factory imports each and
+        # calls its init_app(app), so web, CLI and consumers know the same task types.
+        self.TASKLEDGER_EXTRA_MODULES = env.get("TASKLEDGER_EXTRA_MODULES", "")
         # "fast": a unit's gate and completion do not wait for PostgreSQL's WAL flush
         # (taskrunner/ledger/hot.py says what a server crash can cost); "durable": they do.
         self.TASK_RUNNER_UNIT_COMMIT = env.get("TASK_RUNNER_UNIT_COMMIT", "fast")

@@ -68,7 +68,7 @@ def _reset(db) -> None:
 
 def run(quick: bool = False) -> dict:
     """Measure one run of 200 steps (40 when quick) with 4 consumers of the builder queue."""
-    from coursebuilder import service
+    from coursebuilder import stages
     from coursebuilder.models import EventKind, GenerationEvent, GenerationStep
     from extensions import db
     from tasks.workers import consumer_command
@@ -100,11 +100,11 @@ def run(quick: bool = False) -> dict:
             for _ in range(CONSUMERS):
                 pool.spawn(consumer_command("builder", workers=1), name="builder")
             # Warm-up: every consumer has booted once this small run has finished.
-            warm = service.start(1, "Warm-up", lessons=2, quizzes=2, concurrency=CONSUMERS)
+            warm = stages.start(1, "Warm-up", lessons=2, quizzes=2, concurrency=CONSUMERS)
             _wait_finished(warm, timeout=60)
 
             started = time.perf_counter()
-            run_uuid = service.start(
+            run_uuid = stages.start(
                 1, "Benchmark", lessons=lessons, quizzes=quizzes, concurrency=CONCURRENCY
             )
             finished = _wait_finished(run_uuid, timeout=600)

@@ -80,7 +80,7 @@ def big_run(n: int) -> Any:
     from taskrunner.ledger import ledger
 
     context = {"units": n}
-    return ledger.create_run(TYPE, context, "bench", ProbeTask().units(context), 5000)
+    return ledger.transitions.create_run(TYPE, context, "bench", ProbeTask().units(context), 5000)
 
 
 def analyze() -> None:
@@ -111,18 +111,18 @@ def measure(quick: bool) -> dict[str, Any]:
     db.session.commit()
     analyze()
     began = time.perf_counter()
-    found = ledger.mark_stuck()
+    found = ledger.sweeps.mark_stuck()
     values["sweep_notify"] = time.perf_counter() - began
     assert found == STALE, found
     began = time.perf_counter()
-    assert ledger.mark_stuck() == 0
+    assert ledger.sweeps.mark_stuck() == 0
     values["sweep_steady"] = time.perf_counter() - began
 
     # Pruning: the big run, settled and old, and many small old runs.
-    ledger.fail_undispatched(running.run_id, "bench: settled in bulk")
+    ledger.transitions.fail_undispatched(running.run_id, "bench: settled in bulk")
     for _ in range(SMALL_RUNS):
         small = big_run(3)
-        ledger.fail_undispatched(small.run_id, "bench: settled in bulk")
+        ledger.transitions.fail_undispatched(small.run_id, "bench: settled in bulk")
     db.session.execute(
         text("UPDATE task_runs SET finished_at = :at"), {"at": utcnow() - timedelta(days=40)}
     )

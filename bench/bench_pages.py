@@ -239,7 +239,7 @@ class PagesBench:
             # What the periodic task does every minute: the per-minute roll-up of the
             # last 25 hours, 85,000 units of the big run among them (timed: its cost).
             rolled = time.perf_counter()
-            ledger.roll_throughput()
+            ledger.throughput.roll()
             roll_ms = (time.perf_counter() - rolled) * 1000
             big_uuid = ledger.session.execute(
                 text("SELECT uuid FROM task_runs WHERE id = 1")

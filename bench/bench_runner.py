@@ -186,7 +186,7 @@ class RunnerBench:
         from taskrunner.ledger import ledger
 
         context = {"units": self.n}
-        dispatch = ledger.create_run(
+        dispatch = ledger.transitions.create_run(
             TYPE,
             context,
             "bench",
@@ -195,18 +195,18 @@ class RunnerBench:
         )
         analyze()
         began = time.perf_counter()
-        sent = dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+        sent = dispatching.enqueue_dispatch(dispatch)
         self.values["tracked_dispatch"] = sent / (time.perf_counter() - began)
 
         def closed() -> bool:
             ledger.session.rollback()
-            return ledger.get_run(dispatch.run_uuid).status != "running"
+            return ledger.runs.get_run(dispatch.run_uuid).status != "running"
 
         self.values["tracked_completion"] = self._drain(
             self.ours, self.n, huey_consumer("tasks.consumer.tasks", WORKERS), closed
         )
         ledger.session.rollback()
-        run = ledger.get_run(dispatch.run_uuid)
+        run = ledger.runs.get_run(dispatch.run_uuid)
         assert (run.status, run.units_completed) == ("completed", self.n), run.status
 
     def _big_run(self) -> None:
@@ -219,10 +219,10 @@ class RunnerBench:
 
         # Consumers up and idle first: the figure is the runner's latency, not a boot.
         self.pool.spawn(huey_consumer("tasks.consumer.tasks", WORKERS), name="consumer")
-        warmup = ledger.create_run(
+        warmup = ledger.transitions.create_run(
             "diagnostics.probe", {"units": 4}, "bench", ProbeTask().units({"units": 4}), 1000
         )
-        dispatching.enqueue_dispatch(warmup, ProbeTask().options())
+        dispatching.enqueue_dispatch(warmup)
         wait_for(
             lambda: _closed(warmup.run_uuid), timeout=60, interval=0.05, message="the warm-up run"
         )
@@ -230,7 +230,7 @@ class RunnerBench:
         batch = uuid.uuid4().hex
         context = {"units": self.big, "batch": batch}
         began = time.perf_counter()
-        dispatch = ledger.create_run(
+        dispatch = ledger.transitions.create_run(
             TYPE,
             context,
             "bench",
@@ -240,7 +240,7 @@ class RunnerBench:
         persisted_at = utcnow()
         self.values["big_persist"] = time.perf_counter() - began
         began = time.perf_counter()
-        dispatching.enqueue_dispatch(dispatch, EffectsTask().options())
+        dispatching.enqueue_dispatch(dispatch)
         self.values["big_dispatch"] = time.perf_counter() - began
 
         def first_effect() -> datetime | None:
@@ -365,7 +365,7 @@ def _closed(run_uuid: str) -> bool:
     from taskrunner.ledger import ledger
 
     ledger.session.rollback()
-    return ledger.get_run(run_uuid).status != "running"
+    return ledger.runs.get_run(run_uuid).status != "running"
 
 
 def analyze() -> None:
@@ -391,27 +391,29 @@ def finalization_costs(sizes: tuple[int, ...], chunk: int) -> list[tuple[float, 
     tails = []
     for n in sizes:
         context = {"units": n}
-        dispatch = ledger.create_run(TYPE, context, "bench", ProbeTask().units(context), chunk)
+        dispatch = ledger.transitions.create_run(
+            TYPE, context, "bench", ProbeTask().units(context), chunk
+        )
         # Statistics as autovacuum would leave them after the insert: by the run's tail
         # they are stale (every unit pending), the planner's worst case.
         analyze()
-        held = ledger.dispatch_batch(dispatch, 0, n)[-FINALIZE_SAMPLES:]
+        held = ledger.transitions.dispatch_batch(dispatch, 0, n)[-FINALIZE_SAMPLES:]
         for unit_id in held:
-            ledger.claim(unit_id, dispatch.token)
-        ledger.fail_undispatched(dispatch.run_id, "bench: settled in bulk")
-        tokens = [ledger.hand_back(unit_id, dispatch.token)[0] for unit_id in held]
+            ledger.transitions.claim(unit_id, dispatch.token)
+        ledger.transitions.fail_undispatched(dispatch.run_id, "bench: settled in bulk")
+        tokens = [ledger.transitions.hand_back(unit_id, dispatch.token)[0] for unit_id in held]
         tails.append((dispatch, list(zip(held, tokens, strict=True)), []))
     for turn in range(FINALIZE_SAMPLES):
         for dispatch, units, timings in tails:
             unit_id, token = units[turn]
-            ledger.complete(ledger.claim(unit_id, token))
+            ledger.transitions.complete(ledger.transitions.claim(unit_id, token))
             began = time.perf_counter()
-            ledger.finalize(dispatch.run_id)
+            ledger.transitions.finalize(dispatch.run_id)
             timings.append(time.perf_counter() - began)
     costs = []
     for dispatch, _units, timings in tails:
         ledger.session.rollback()
-        assert ledger.get_run(dispatch.run_uuid).status != "running"
+        assert ledger.runs.get_run(dispatch.run_uuid).status != "running"
         costs.append((statistics.median(timings[:-1]), timings[-1]))
     ledger.session.rollback()
     return costs

@@ -132,15 +132,15 @@ class ThroughputBench:
             if sample:
                 sample()
             ledger.session.rollback()
-            run = ledger.get_run(handle.uuid)
+            run = ledger.runs.get_run(handle.uuid)
             return run.status != "running" and (
-                ledger.count_events("tasks.run.completed", run) == 1
+                ledger.runs.count_events("tasks.run.completed", run) == 1
             )
 
         wait_for(closed, timeout=900, interval=0.01, message=f"a {type_} run to close")
         elapsed = time.perf_counter() - began
         ledger.session.rollback()
-        run = ledger.get_run(handle.uuid)
+        run = ledger.runs.get_run(handle.uuid)
         assert (run.status, run.units_completed) == ("completed", context["units"]), run.status
         return elapsed
 
@@ -198,13 +198,15 @@ class ThroughputBench:
         huey = self.app.extensions["queues"].huey("tasks")
         for workers in (1, 2, 4):
             context = {"units": self.rate_n}
-            dispatch = ledger.create_run(TYPE, context, "bench", ProbeTask().units(context), 5000)
+            dispatch = ledger.transitions.create_run(
+                TYPE, context, "bench", ProbeTask().units(context), 5000
+            )
             analyze()
-            dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+            dispatching.enqueue_dispatch(dispatch)
 
             def closed(run_uuid: str = dispatch.run_uuid) -> bool:
                 ledger.session.rollback()
-                return ledger.get_run(run_uuid).status != "running"
+                return ledger.runs.get_run(run_uuid).status != "running"
 
             self.values[f"scale_{workers}"] = drain_rate(
                 self.pool, huey, self.rate_n, huey_consumer("tasks.consumer.tasks", workers), closed
@@ -246,21 +248,21 @@ class ThroughputBench:
                 from taskrunner.ledger import ledger
 
                 context = {"units": self.rate_n}
-                dispatch = ledger.create_run(
+                dispatch = ledger.transitions.create_run(
                     TYPE, context, "bench", ProbeTask().units(context), 5000
                 )
-                dispatching.enqueue_dispatch(dispatch, ProbeTask().options())
+                dispatching.enqueue_dispatch(dispatch)
                 ours = app.extensions["queues"].huey("tasks")
 
                 def closed() -> bool:
                     ledger.session.rollback()
-                    return ledger.get_run(dispatch.run_uuid).status != "running"
+                    return ledger.runs.get_run(dispatch.run_uuid).status != "running"
 
                 self.values["sqlite_tracked"] = drain_rate(
                     pool, ours, self.rate_n, huey_consumer("tasks.consumer.tasks", WORKERS), closed
                 )
                 ledger.session.rollback()
-                run = ledger.get_run(dispatch.run_uuid)
+                run = ledger.runs.get_run(dispatch.run_uuid)
                 assert (run.status, run.units_completed) == ("completed", self.rate_n)
                 from extensions import db
 

@@ -247,7 +247,7 @@ class ChaosRun:
                 raise TimeoutError(f"run {run_uuid} not completed after {plan.timeout:g} s")
             try:
                 run = self._fresh_run(run_uuid)
-                counts = ledger.run_counts(run)
+                counts = ledger.runs.run_counts(run)
                 db.session.rollback()
             except DBAPIError:
                 db.session.rollback()
@@ -281,7 +281,7 @@ class ChaosRun:
 
     def _fresh_run(self, run_uuid: str):
         db.session.rollback()
-        return ledger.get_run(run_uuid)
+        return ledger.runs.get_run(run_uuid)
 
     # -- faults --------------------------------------------------------------------
 
@@ -351,7 +351,7 @@ class ChaosRun:
         self._invoke("tasks", "detect-stuck")
         self.report.sweeps += 1
         run = self._fresh_run(run_uuid)
-        stale = ledger.run_units_page(run, stale_only=True, limit=counts["total"]).items
+        stale = ledger.runs.run_units_page(run, stale_only=True, limit=counts["total"]).items
         db.session.rollback()
         self.report.lost_found.update(unit["stale_reason"] for unit in stale)
         self._invoke("tasks", "retry", run_uuid)
@@ -386,15 +386,15 @@ class ChaosRun:
             "failed": run.units_failed,
             "skipped": run.units_skipped,
         }
-        units = ledger.run_units_page(run, limit=report.units + 1).items
+        units = ledger.runs.run_units_page(run, limit=report.units + 1).items
         report.ledger_units = len(units)
         report.ledger_keys = len({u["unit_key"] for u in units})
         report.ledger_status = Counter(u["status"] for u in units)
         attempts = [u["attempts"] for u in units] or [0]
         report.attempts_max = max(attempts)
         report.attempts_mean = sum(attempts) / len(attempts)
-        report.run_completed_events = ledger.count_events("tasks.run.completed", run)
-        report.run_failed_events = ledger.count_events("tasks.run.failed", run)
+        report.run_completed_events = ledger.runs.count_events("tasks.run.completed", run)
+        report.run_failed_events = ledger.runs.count_events("tasks.run.failed", run)
         effects = effect_summary(run.context["batch"])
         report.effect_rows = effects["rows"]
         report.effect_units = effects["units"]

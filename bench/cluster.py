@@ -499,7 +499,9 @@ class ClusterScenario:
     def _overlap_seen(self) -> bool:
         """c3's scheduler enqueues the sweeps too, and some slots were enqueued twice."""
         c3 = self.cluster.live(self.cluster.consumers["c3"]).log_text()
-        scheduling = c3.count("Enqueueing periodic task tasks.periodic.taskrunner.detect_stuck")
+        scheduling = c3.count(
+            "Enqueueing periodic task taskrunner.periodic.taskrunner.detect_stuck"
+        )
         skipped = re.findall(
             r"Periodic taskrunner.detect_stuck, slot \S+: skipped",
             self._logs_since(self.overlap_marks),
@@ -610,7 +612,7 @@ class ClusterScenario:
     # -- after the run: c2 takes work again, and a course build streams live on B ---------
 
     def after_the_heal_and_the_build(self) -> None:
-        from coursebuilder import service
+        from coursebuilder import stages
         from diagnostics.effects import TYPE
         from taskrunner import runner
 
@@ -636,7 +638,7 @@ class ClusterScenario:
                 {"units": self.plan.followup_units, "batch": uuid.uuid4().hex, "sleep_ms": 20},
                 "cluster",
             ).uuid
-            build_uuid = service.start(
+            build_uuid = stages.start(
                 1,
                 "Cluster course",
                 lessons=build["lessons"],
@@ -682,11 +684,11 @@ class ClusterScenario:
         report = self.report
         collected = utcnow()
         with self.app.app_context():
-            run = ledger.get_run(run_uuid)
+            run = ledger.runs.get_run(run_uuid)
             report.status = run.status
             report.snapshot_completed = run.units_completed
-            report.run_completed_events = ledger.count_events("tasks.run.completed", run)
-            report.run_failed_events = ledger.count_events("tasks.run.failed", run)
+            report.run_completed_events = ledger.runs.count_events("tasks.run.completed", run)
+            report.run_failed_events = ledger.runs.count_events("tasks.run.failed", run)
             rows = db.session.execute(
                 db.select(
                     TaskRunUnit.id,

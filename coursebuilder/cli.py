@@ -1,4 +1,4 @@
-"""``flask builder …``: thin commands over the generation service."""
+"""``flask builder …``: thin commands over the build's stages (``coursebuilder.stages``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import NoReturn
 import click
 from flask.cli import AppGroup
 
-from coursebuilder import reports, service
+from coursebuilder import reports, stages
 
 builder_cli = AppGroup("builder", help="Course builder: start and inspect generation runs.")
 
@@ -24,27 +24,23 @@ def refuse(message: str) -> NoReturn:
     "--tenant",
     "tenant_id",
     required=True,
-    type=click.IntRange(1, service.MAX_ID),
+    type=click.IntRange(1, stages.MAX_ID),
     help="Tenant id.",
 )
 @click.option("--title", required=True, help="Course title.")
-@click.option(
-    "--quizzes", default=3, show_default=True, type=click.IntRange(0, service.MAX_QUIZZES)
-)
-@click.option(
-    "--lessons", default=3, show_default=True, type=click.IntRange(1, service.MAX_LESSONS)
-)
+@click.option("--quizzes", default=3, show_default=True, type=click.IntRange(0, stages.MAX_QUIZZES))
+@click.option("--lessons", default=3, show_default=True, type=click.IntRange(1, stages.MAX_LESSONS))
 @click.option(
     "--concurrency",
     default=2,
     show_default=True,
-    type=click.IntRange(1, service.MAX_CONCURRENCY),
+    type=click.IntRange(1, stages.MAX_CONCURRENCY),
     help="Steps running at once.",
 )
 def start_command(tenant_id: int, title: str, quizzes: int, lessons: int, concurrency: int) -> None:
     """Start a generation run; print its uuid on the last line."""
     try:
-        run_uuid = service.start(
+        run_uuid = stages.start(
             tenant_id,
             title,
             quizzes=quizzes,
@@ -52,7 +48,7 @@ def start_command(tenant_id: int, title: str, quizzes: int, lessons: int, concur
             concurrency=concurrency,
             initiator="cli",
         )
-    except service.BuilderError as exc:
+    except stages.BuilderError as exc:
         refuse(str(exc))
     click.echo(f"started course build “{title.strip()}” for tenant {tenant_id}", err=True)
     click.echo(run_uuid)
@@ -64,8 +60,8 @@ def start_command(tenant_id: int, title: str, quizzes: int, lessons: int, concur
 def status_command(run_uuid: str, as_json: bool) -> None:
     """One run: its stages, their steps and the events."""
     try:
-        run = service.find_run(run_uuid)
-    except service.UnknownRun as exc:
+        run = stages.find_run(run_uuid)
+    except stages.UnknownRun as exc:
         refuse(str(exc))
     status = reports.run_status(run)
     if as_json:
@@ -92,10 +88,10 @@ def status_command(run_uuid: str, as_json: bool) -> None:
 def retry_command(run_uuid: str) -> None:
     """Resume a failed run from its failed stage; print its uuid on the last line."""
     try:
-        stage, steps = service.retry(run_uuid, actor="cli")
-    except service.BuilderError as exc:
+        stage, steps = stages.retry(run_uuid, actor="cli")
+    except stages.BuilderError as exc:
         refuse(str(exc))
     click.echo(
         f"retrying stage {stage}: {steps} step{'' if steps == 1 else 's'} queued again", err=True
     )
-    click.echo(service.find_run(run_uuid).uuid)
+    click.echo(stages.find_run(run_uuid).uuid)

@@ -15,7 +15,7 @@ from coursebuilder.models import (
     GenerationStep,
     StepStatus,
 )
-from coursebuilder.service import plan
+from coursebuilder.stages import NOT_DONE, plan
 from extensions import db
 
 COUNTED = ("pending", "running", "completed", "failed", "skipped")
@@ -28,7 +28,7 @@ def iso(value: datetime | None) -> str | None:
 
 
 def run_status(run: GenerationRun) -> dict[str, Any]:
-    """The shape of SPEC §13: stages with their step counts, and the events."""
+    """The shape README's "Course builder" shows: stages with their step counts, events."""
     counts: dict[str, dict[str, int]] = {
         stage: {"total": 0, **dict.fromkeys(COUNTED, 0)} for stage in STAGES
     }
@@ -114,8 +114,6 @@ def retryable_steps(run: GenerationRun) -> int:
         select(func.count()).where(
             GenerationStep.run_id == run.id,
             GenerationStep.stage == run.stage,
-            GenerationStep.status.in_(
-                (StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.PENDING, StepStatus.QUEUED)
-            ),
+            GenerationStep.status.in_(NOT_DONE),
         )
     ).scalar_one()

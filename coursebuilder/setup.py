@@ -2,15 +2,8 @@ from __future__ import annotations
 
 from flask import Flask
 
+import coursebuilder.jobs  # noqa: F401 - declares the step job and the recovery schedule
 import coursebuilder.models  # noqa: F401 - the tables, for migrations and the drift test
-from coursebuilder import service  # declares the step job on the builder queue
-from taskrunner.contract import Cron, crontab, periodic
-
-
-@periodic("coursebuilder.recover", Cron(crontab(minute="*/5")), timeout=300)
-def recover_builder_runs() -> None:
-    """Queue again the course-builder steps whose job or worker was lost."""
-    service.recover()
 
 
 def init_app(_app: Flask) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from accounts.permissions import PERMISSIONS
 from accounts.services import create_user, find_user
-from coursebuilder import service as builder
+from coursebuilder import stages
 from extensions import db
 from payments.statements import TYPE as STATEMENTS
 from payments.statements import StatementError, generate_statement, unit_key
@@ -137,7 +137,7 @@ def seed() -> Seeded:
     result.runs.append(running.uuid)
     first_tenant = db.session.execute(select(func.min(Tenant.id))).scalar_one()
     result.builds.append(
-        builder.start(
+        stages.start(
             first_tenant,
             "Onboarding for new accountants",
             quizzes=2,

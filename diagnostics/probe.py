@@ -1,8 +1,9 @@
 """``diagnostics.probe``: a task type for checking a deployment end to end.
 
-Context: ``{"units": N, "fail_every": k, "vendor_fail_every": j, "sleep_ms": m}``.
-Unit i (from 1) sleeps m ms, then fails with a domain error if k divides i, else
-with a driver-style error carrying fake secrets if j divides i, else succeeds.
+Context: ``{"units": N, "fail_every": k, "vendor_fail_every": j, "sleep_ms": m}``,
+whole numbers, absent keys 0 (never); any other key or value is refused before a run
+exists. Unit i (from 1) sleeps m ms, then fails with a domain error if k divides i,
+else with a driver-style error carrying fake secrets if j divides i, else succeeds.
 The same unit fails the same way on every attempt.
 """
 
@@ -14,11 +15,19 @@ from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
-from taskrunner.contract import TaskOptions, TaskReportableError, TaskUnit, UnitJob
+from taskrunner.contract import (
+    ContextError,
+    TaskOptions,
+    TaskReportableError,
+    TaskUnit,
+    UnitJob,
+    check_context,
+)
 
 TYPE = "diagnostics.probe"
 FAKE_SECRET = "sk_live_PROBE_SECRET"
 FAKE_CARD = "4111 1111 1111 1111"
+CONTEXT = dict.fromkeys(("units", "fail_every", "vendor_fail_every", "sleep_ms"), int)
 
 
 class ProbeFailed(TaskReportableError):
@@ -37,6 +46,13 @@ def unit_number(unit: TaskUnit) -> int:
 class ProbeTask:
     def type(self) -> str:
         return TYPE
+
+    def validate(self, context: Mapping[str, Any]) -> None:
+        """Whole numbers of the keys it reads, none negative; anything else is refused."""
+        check_context(self.type(), context, optional=CONTEXT)
+        for key, value in context.items():
+            if value < 0:
+                raise ContextError(f"{self.type()}: the context key {key!r} must not be negative")
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         for i in range(1, _number(context, "units") + 1):

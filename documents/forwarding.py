@@ -1,4 +1,4 @@
-"""``documents.forward_to_provider``: the first single tracked job (SPEC §8).
+"""``documents.forward_to_provider``: the first single tracked job (docs/operations.md).
 
 ``forward(document_uuid)`` enqueues it; each attempt is recorded on the ledger,
 Huey retries transient failures with a growing delay, a rejection fails at once.

@@ -27,7 +27,7 @@ from payments.statements import (
     statement_result,
     unit_key,
 )
-from taskrunner.contract import start_run, unit_in_flight
+from taskrunner.contract import ContextError, start_run, unit_in_flight
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,9 @@ def _start_one_unit_run(tenant_id: int, period: str) -> None:
         handle = start_run(
             TYPE, {"period": period, "tenant_id": tenant_id}, f"tenant-api:{tenant_id}"
         )
+    except ContextError as exc:  # the type refused the request: nothing was started
+        async_requests.fail_pending(tenant_id, STATEMENT_KIND, period, str(exc))
+        raise StatementError(str(exc)) from None
     except Exception as exc:
         logger.exception("Could not start a statement run for tenant %s, %s", tenant_id, period)
         async_requests.fail_pending(tenant_id, STATEMENT_KIND, period, exc)

@@ -18,11 +18,13 @@ from extensions import db
 from payments.models import Statement
 from security.echo import echo
 from taskrunner.contract import (
+    ContextError,
     Cron,
     TaskOptions,
     TaskReportableError,
     TaskUnit,
     UnitJob,
+    check_context,
     crontab,
     periodic,
 )
@@ -124,6 +126,16 @@ def generate_for_tenant(tenant_id: int, period: str) -> None:
 class MonthlyStatementsTask:
     def type(self) -> str:
         return TYPE
+
+    def validate(self, context: Mapping[str, Any]) -> None:
+        """A period (``YYYY-MM``), and a tenant for a one-tenant run; nothing else."""
+        check_context(TYPE, context, required={"period": str}, optional={"tenant_id": int})
+        try:
+            parse_period(context["period"])
+        except StatementError as exc:
+            raise ContextError(f"{TYPE}: {exc}") from None
+        if context.get("tenant_id", 1) < 1:
+            raise ContextError(f"{TYPE}: the context key 'tenant_id' must be a tenant id")
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         period = context["period"]

@@ -1,8 +1,8 @@
 """The runner's state of one app, made by the app factory.
 
 Each piece lives in ``app.extensions`` under a ``taskrunner.`` key, next to the
-module that reads it: the task type registry, event subscribers, the tenant hooks,
-the scrubber seam and the tracked single jobs. Two apps in one process share none
+module that reads it: the task type registry, event subscribers, the tenant hooks and
+the scrubber seam. Two apps in one process share none
 of it, and a fresh app starts with none of a previous one's registrations.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from taskrunner import events, redaction, registry, single, tenant_scope
+from taskrunner import events, redaction, registry, tenant_scope
 
 
 def init_app(app: Flask) -> None:
@@ -19,9 +19,3 @@ def init_app(app: Flask) -> None:
     events.init_app(app)
     tenant_scope.init_app(app)
     redaction.init_app(app)
-
-
-def adopt_declared_jobs(app: Flask) -> None:
-    """Give ``app`` the tracked jobs declared so far: after the modules' init functions,
-    which may import the modules that declare them."""
-    single.init_app(app)

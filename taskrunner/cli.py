@@ -57,7 +57,7 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
     if wait:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            run = ledger.get_run(handle.uuid)
+            run = ledger.runs.get_run(handle.uuid)
             if run.status in TERMINAL_RUN:
                 click.echo(f"finished: {run.status}", err=True)
                 break
@@ -88,7 +88,7 @@ def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
                 f"{done:>6}/{units['total']:<6}  {run['started_at']}"
             )
         return
-    run = ledger.find_run(run_uuid)
+    run = ledger.runs.find_run(run_uuid)
     if run is None:
         refuse(f"no run {run_uuid}")
     detail = operations.run_report(run)
@@ -204,7 +204,7 @@ def prune_command(days: int | None) -> None:
 @tasks_cli.command("detect-stuck")
 def detect_stuck_command() -> None:
     """Run the stuck sweep once."""
-    count = ledger.mark_stuck()
+    count = ledger.sweeps.mark_stuck()
     click.echo(f"{plural(count, 'unit')} newly stale")
 
 

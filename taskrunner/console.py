@@ -16,13 +16,13 @@ from flask import current_app
 from sqlalchemy import select
 
 from database import iso, utcnow
-from taskrunner.dispatch import queue_for
+from taskrunner.dispatch import queue_of
 from taskrunner.ledger import is_uuid, ledger
 from taskrunner.registry import registry
 from taskrunner.reports import run_summary
 from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
 from tasks.queues import queues as queue_instances
-from tasks.routing import QUEUE_NAMES, routes
+from tasks.routing import QUEUE_NAMES
 
 UNIT_TASK_ID = re.compile(r"^u(\d+)\.[0-9a-f]{32}$")
 
@@ -48,7 +48,7 @@ def consumers() -> dict[str, Any]:
             match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
             if match:
                 unit_ids.append(int(match.group(1)))
-    units = ledger.units_by_ids(unit_ids)
+    units = ledger.fleet.units_by_ids(unit_ids)
     items = []
     for row in rows:
         live = row.heartbeat_at >= lost_before
@@ -95,17 +95,6 @@ def _parse(value: Any) -> datetime | None:
         return None
 
 
-def queue_of(type_: str) -> str:
-    """The queue a run type's units go to (a single tracked job: its job's queue)."""
-    definition = registry.find(type_)
-    if definition is not None:
-        return queue_for(type_, definition.options())
-    spec = routes.jobs.get(type_)
-    if spec is not None and spec.queue:
-        return spec.queue
-    return "tasks"
-
-
 def waiting_count(name: str) -> int | None:
     """Huey's own count of the jobs waiting in a queue; None when it cannot be read."""
     try:
@@ -118,10 +107,10 @@ def waiting_count(name: str) -> int | None:
 def queues() -> dict[str, Any]:
     """Per queue: waiting jobs, the oldest waiting unit, running, settled per minute/hour."""
     now = utcnow()
-    active = ledger.active_by_type()
-    throughput = ledger.finished_by_type(now)
+    active = ledger.fleet.active_by_type()
+    throughput = ledger.throughput.finished_by_type(now)
     finished = throughput["types"]
-    paused = ledger.paused_types()
+    paused = ledger.actions.paused_types()
     blank = {
         "running": 0,
         "pending_units": 0,
@@ -189,13 +178,13 @@ def search(query: str, limit: int = 20) -> dict[str, Any]:
     text = query.strip()
     if not text:
         return {"query": "", "exact_run": None, "runs": [], "units": [], "errors": []}
-    runs = ledger.search_runs(text, limit)
+    runs = ledger.fleet.search_runs(text, limit)
     result = {
         "query": text,
         "exact_run": runs[0].uuid if len(runs) == 1 and is_uuid(text.lower()) else None,
         "runs": [run_summary(run) for run in runs],
-        "units": ledger.search_unit_keys(text, limit),
-        "errors": ledger.search_errors(text, limit),
+        "units": ledger.fleet.search_unit_keys(text, limit),
+        "errors": ledger.fleet.search_errors(text, limit),
     }
     ledger.session.rollback()
     return result

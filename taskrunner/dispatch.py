@@ -1,40 +1,49 @@
 """Enqueueing unit jobs: one Huey task per unit, in chunks, after the commit.
 
 A unit's Huey task id is derived from the unit and its dispatch token, so the
-queued job of any pending unit can be revoked without storing Huey ids.
+queued job of any pending unit can be revoked without storing Huey ids. Which queue
+a type's jobs go to is decided once, here (``queue_of``): dispatch, revoke and the
+console's queues page all ask it.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import Any
 
 from flask import current_app
-from huey import Huey
-from huey.api import Task
-from huey.signals import SIGNAL_ENQUEUED
-from huey.storage import RedisStorage
 
 from taskrunner.ledger import Dispatch, ledger
 from taskrunner.redaction import register_domain_error
-from taskrunner.types import TaskOptions
+from taskrunner.registry import registry
+from tasks.huey_internals import enqueue_many
 from tasks.queues import QueueConfigError, queues
-from tasks.routing import TYPE_ROUTES
+from tasks.routing import DEFAULT_QUEUE, routes, type_routes
 
 RUN_UNIT = "taskrunner.run_unit"
+# A throttled type's units share the Huey rate limit of this name and the type's.
+RATE_LIMIT_PREFIX = "task-runner."
 
 # A definition naming a queue that does not exist: its message is for the operator.
 register_domain_error(QueueConfigError)
 
 
-def queue_for(type_: str, options: TaskOptions) -> str:
-    """The queue a type's units run on: the routing table's, else the definition's."""
-    extra = current_app.config.get("TASK_RUNNER_TYPE_ROUTES") or ""
-    for entry in filter(None, (item.strip() for item in extra.split(","))):
-        name, _, queue = entry.partition("=")
-        if name.strip() == type_ and queue.strip():
-            return queue.strip()
-    return TYPE_ROUTES.get(type_, options.queue)
+def queue_of(type_: str) -> str:
+    """The queue a run type's jobs run on.
+
+    The deployment's route (``TASK_RUNNER_TYPE_ROUTES``), else the routing table's
+    (``TYPE_ROUTES``), else its definition's queue. A single tracked job's runs are of
+    its job's name: they run on that job's queue. Anything else: the default queue.
+    """
+    routed = type_routes(current_app.config).get(type_)
+    if routed:
+        return routed
+    definition = registry.find(type_)
+    if definition is not None:
+        return definition.options().queue
+    spec = routes.jobs.get(type_)
+    return spec.queue if spec is not None and spec.queue else DEFAULT_QUEUE
 
 
 def task_id(unit_id: int, token: str) -> str:
@@ -45,18 +54,14 @@ def horizon_seconds() -> int:
     return current_app.config["TASK_RUNNER_RETRY_HORIZON_HOURS"] * 3600
 
 
-def enqueue_unit(
-    run_id: int,
-    unit_id: int,
-    token: str,
-    type_: str,
-    options: TaskOptions,
-    horizon: float | None = None,
-) -> None:
-    wrapper = queues().task(RUN_UNIT, queue=queue_for(type_, options))
-    if horizon is None:
-        horizon = time.time() + horizon_seconds()
-    wrapper.huey.enqueue(
+def _unit_jobs(
+    run_id: int, type_: str, token: str, unit_ids: list[int], horizon: float
+) -> tuple[Any, list[Any]]:
+    """The Huey instance and the unit jobs of these units, on their type's queue."""
+    wrapper = queues().task(RUN_UNIT, queue=queue_of(type_))
+    timeout = registry.get(type_).options().timeout
+    expires = timedelta(seconds=max(1.0, horizon - time.time()))
+    jobs = [
         wrapper.s(
             run_id,
             unit_id,
@@ -64,66 +69,36 @@ def enqueue_unit(
             horizon,
             type_=type_,
             id=task_id(unit_id, token),
-            timeout=options.timeout,
-            expires=timedelta(seconds=max(1.0, horizon - time.time())),
+            timeout=timeout,
+            expires=expires,
         )
-    )
+        for unit_id in unit_ids
+    ]
+    return wrapper.huey, jobs
 
 
-def enqueue_dispatch(dispatch: Dispatch, options: TaskOptions) -> int:
+def enqueue_unit(run_id: int, unit_id: int, token: str, type_: str, horizon: float) -> None:
+    """Enqueue one unit's job again (a hand-back), within its original drain horizon."""
+    huey, [job] = _unit_jobs(run_id, type_, token, [unit_id], horizon)
+    huey.enqueue(job)
+
+
+def enqueue_dispatch(dispatch: Dispatch) -> int:
     """Enqueue every pending unit holding the dispatch's token; return how many."""
     chunk = current_app.config["TASK_RUNNER_DISPATCH_CHUNK"]
     horizon = time.time() + horizon_seconds()
-    wrapper = queues().task(RUN_UNIT, queue=queue_for(dispatch.type, options))
-    huey = wrapper.huey
-    expires = timedelta(seconds=horizon_seconds())
     sent, after = 0, 0
     while True:
-        ids = ledger.dispatch_batch(dispatch, after, chunk)
+        ids = ledger.transitions.dispatch_batch(dispatch, after, chunk)
         if not ids:
             return sent
-        enqueue_many(
-            huey,
-            [
-                wrapper.s(
-                    dispatch.run_id,
-                    unit_id,
-                    dispatch.token,
-                    horizon,
-                    type_=dispatch.type,
-                    id=task_id(unit_id, dispatch.token),
-                    timeout=options.timeout,
-                    expires=expires,
-                )
-                for unit_id in ids
-            ],
-        )
+        enqueue_many(*_unit_jobs(dispatch.run_id, dispatch.type, dispatch.token, ids, horizon))
         sent += len(ids)
         after = ids[-1]
 
 
-def enqueue_many(huey: Huey, tasks: list[Task]) -> None:
-    """Enqueue a chunk of tasks: one round trip on Redis, one enqueue per task elsewhere.
-
-    One LPUSH per task made dispatch a round trip per unit, slower than bare Huey's
-    own enqueue (bench/RESULTS.md); a consumer pops them in the same order as before.
-    """
-    storage = huey.storage
-    if huey.immediate or type(storage) is not RedisStorage or not tasks:
-        for task in tasks:
-            huey.enqueue(task)
-        return
-    messages = []
-    for task in tasks:
-        # What Huey.enqueue does per task, minus the write.
-        if task.expires:
-            task.resolve_expires(huey.utc)
-        huey._emit(SIGNAL_ENQUEUED, task)
-        messages.append(huey.serialize_task(task))
-    storage.conn.lpush(storage.queue_key, *messages)
-
-
-def revoke(units: list[tuple[int, str]], queue: str) -> None:
-    huey = queues().huey(queue)
+def revoke(units: list[tuple[int, str]], type_: str) -> None:
+    """Revoke the queued jobs of these (unit id, dispatch token) pairs of one run type."""
+    huey = queues().huey(queue_of(type_))
     for unit_id, token in units:
         huey.revoke_by_id(task_id(unit_id, token))

@@ -117,6 +117,7 @@ def subscriber_name(handler: Handler) -> str:
 
 
 def subscribe(name: str, handler: Handler) -> None:
+    """Deliver the app's events of one name to ``handler`` (at least once; dedupe on ``id``)."""
     if name not in {e.name for e in CATALOG}:
         raise ValueError(f"unknown event {name!r}")
     handlers = _subscribers().setdefault(name, {})
@@ -128,12 +129,6 @@ def subscribe(name: str, handler: Handler) -> None:
         repeat += 1
         key = f"{base}#{repeat}"
     handlers[key] = handler
-
-
-def unsubscribe(name: str, handler: Handler) -> None:
-    handlers = _subscribers().get(name, {})
-    for key in [k for k, h in handlers.items() if h == handler]:
-        del handlers[key]
 
 
 def subscribers(name: str) -> dict[str, Handler]:

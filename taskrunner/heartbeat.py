@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 from flask import Flask, current_app
 
+from taskrunner.ledger import ledger
+
 logger = logging.getLogger(__name__)
 
 
@@ -72,8 +74,6 @@ class Heartbeat:
             self._thread.start()
 
     def _beat(self, app: Flask, interval: float, stop: threading.Event) -> None:
-        from taskrunner.ledger import ledger
-
         while not stop.wait(interval):
             with self._lock:
                 units = list(self._units)
@@ -81,7 +81,7 @@ class Heartbeat:
                 continue
             try:
                 with app.app_context():
-                    ledger.heartbeat(units)
+                    ledger.transitions.heartbeat(units)
             except Exception:
                 logger.exception("Heartbeat of %d units failed", len(units))
 

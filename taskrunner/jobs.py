@@ -1,10 +1,13 @@
 """The tracking wrapper: every unit job runs inside ``run_unit``.
 
-Gate, tenant context, containment, finalization -- SPEC §5. Fleet mode never
-re-raises: one unit's failure never stops the others, also on an inline queue.
-Anything a job raises -- ``SystemExit`` and ``KeyboardInterrupt`` included -- is
-that unit's failure; only the consumer's real stop signal goes on to Huey, which
-hands the unit back (``handed_back``).
+Gate, tenant context, containment, finalization (``docs/architecture.md``, the
+tracking wrapper). Fleet mode never re-raises: one unit's failure never stops the
+others, also on an inline queue. Anything a job raises -- ``SystemExit`` and
+``KeyboardInterrupt`` included -- is that unit's failure; only the consumer's real
+stop signal goes on to Huey, which hands the unit back (``handed_back``).
+
+The gate's policy (``gate``) and the containment (``contained``) are the runner's
+primitives, offered to the domain packages' own jobs through the contract.
 """
 
 from __future__ import annotations
@@ -17,14 +20,13 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 from flask import current_app
-from huey import signals
 from huey.exceptions import RetryTask, TaskTimeout
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from extensions import db
 from taskrunner import tenant_scope
-from taskrunner.dispatch import RUN_UNIT, enqueue_unit, queue_for
+from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_of
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import EXPIRED, Claim, ledger
 from taskrunner.redaction import redact, store_reason
@@ -33,11 +35,11 @@ from taskrunner.soft_timeout import soft_timeouts
 from taskrunner.types import TaskDefinition
 from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
-from tasks.routing import job, on_signal
+from tasks.routing import job
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EXPIRED", "run_unit"]
+__all__ = ["EXPIRED", "contained", "gate", "run_unit"]
 
 # The gate is tried again at once after a lost connection (the pool hands out a fresh
 # one), then the job goes back to the queue a little later: it is never dropped for it.
@@ -46,7 +48,79 @@ GATE_REQUEUE_SECONDS = 5
 T = TypeVar("T")
 
 
-@job(RUN_UNIT, queue=None, timeout=900)
+def gate(what: str, statement: Callable[[], T]) -> T:
+    """A job's claim on its work: ``statement`` (one write transaction), retried at once
+    after a lost connection, else the job goes back to the queue a little later -- never
+    dropped with its work waiting for it."""
+    for pause in GATE_PAUSES:
+        if pause:
+            time.sleep(pause)  # even a zero sleep yields the processor: not on every unit
+        try:
+            return statement()
+        except PoolTimeout:
+            # Every connection of the pool busy for its whole timeout: the job goes back to
+            # the queue like after a lost connection, never dropped with its unit pending.
+            logger.warning("Gate of %s found no free database connection", what)
+            break
+        except DBAPIError as exc:
+            raise_if_stopping(exc)  # a stop that landed in the gate's statement
+            if not (
+                isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated
+            ):
+                raise
+            logger.warning("Gate of %s met a database error: %s", what, type(exc).__name__)
+            db.session.rollback()  # a session read that failed is unusable until rolled back
+    raise RetryTask(f"gate of {what} unreachable", delay=GATE_REQUEUE_SECONDS)
+
+
+def contained(work: Callable[[], T], what: str, timed_out: str) -> tuple[T | None, str | None]:
+    """Run ``work``: (what it returned, None), or (None, why it failed) -- ``timed_out``
+    for a timeout, else the redacted reason. Anything it raises, ``SystemExit`` included,
+    is its failure, logged with its traceback; only the consumer's stop goes on to Huey,
+    which hands the work back."""
+    try:
+        return work(), None
+    except TaskTimeout:
+        db.session.rollback()
+        logger.warning("%s timed out", what)
+        return None, timed_out
+    except BaseException as exc:
+        raise_if_stopping(exc)
+        db.session.rollback()
+        logger.exception("%s failed", what)
+        return None, redact(exc)
+
+
+def expired(
+    run_id: int, unit_id: int, token: str, horizon: float, type_: str | None = None
+) -> None:
+    """Huey dropped a unit job past its drain horizon: fail the unit, never leave it pending."""
+    _expire(unit_id, token)
+
+
+def handed_back(
+    run_id: int, unit_id: int, token: str, horizon: float, type_: str | None = None
+) -> None:
+    """A consumer is stopping mid-unit: hand the unit back with a new job, lose nothing.
+
+    Huey's consumer answers SIGTERM by sending SIGTERM to its process workers; a worker
+    with a task in flight raises KeyboardInterrupt inside it and Huey calls this (the
+    job's ``on_stop``) in that same worker process, after the job's app context was torn
+    down (its open transaction rolled back). The interrupt may land before the gate (the
+    unit is still pending with this job's token) or after the unit settled but before
+    the run was finalized: both are covered.
+    """
+    handed = ledger.transitions.hand_back(unit_id, token)
+    if handed is None:
+        ledger.transitions.finalize(run_id)
+        return
+    new_token, type_ = handed
+    if registry.find(type_) is not None:
+        enqueue_unit(run_id, unit_id, new_token, type_, horizon)
+        logger.warning("Unit %s handed back on shutdown as a new job", unit_id)
+
+
+@job(RUN_UNIT, queue=None, timeout=900, on_stop=handed_back, on_expire=expired)
 def run_unit(
     run_id: int, unit_id: int, token: str, horizon: float, type_: str | None = None
 ) -> None:
@@ -56,18 +130,19 @@ def run_unit(
     # The type travels with the job, so an unthrottled unit costs no read before its gate.
     definition = registry.find(type_) if type_ else None
     options = definition.options() if definition else None
+    what = f"unit {unit_id}"
     if options and options.rate_per_minute:
         # A duplicated or superseded job must not spend a slot the live ones need. The
         # check is the gate's first read: a lost connection retries it, never drops the job.
-        if not _at_gate(unit_id, lambda: ledger.pending_with(unit_id, token)):
+        if not gate(what, lambda: ledger.transitions.pending_with(unit_id, token)):
             return
         # Raises RateLimitExceeded before the gate: Huey reschedules the job for the
         # next window without consuming a try, and the unit stays pending.
         window = current_app.config["TASK_RUNNER_RATE_WINDOW_SECONDS"]
-        queues().huey(queue_for(type_, options)).rate_limit(
-            f"task-runner.{type_}", options.rate_per_minute, window
+        queues().huey(queue_of(type_)).rate_limit(
+            RATE_LIMIT_PREFIX + type_, options.rate_per_minute, window
         ).acquire()
-    claim = _claim(unit_id, token)
+    claim = gate(what, lambda: ledger.transitions.claim(unit_id, token))
     if claim is None:
         return  # redelivered, duplicated, superseded or cancelled: not ours
     reason = _run_contained(claim)
@@ -90,66 +165,38 @@ def _settle(claim: Claim, reason: str | None) -> bool | None:
     always checks.
     """
     if reason is None:
-        outcome = ledger.complete_and_look(claim)
+        outcome = ledger.transitions.complete_and_look(claim)
         if not outcome.settled:
             return None
         if outcome.maybe_last:
-            ledger.finalize(claim.run.id)
+            ledger.transitions.finalize(claim.run.id)
         return True
-    if not store_reason(lambda text: ledger.fail(claim, text), reason):
+    if not store_reason(lambda text: ledger.transitions.fail(claim, text), reason):
         return None
-    ledger.finalize(claim.run.id)
+    ledger.transitions.finalize(claim.run.id)
     return True
-
-
-def _claim(unit_id: int, token: str) -> Claim | None:
-    return _at_gate(unit_id, lambda: ledger.claim(unit_id, token))
-
-
-def _at_gate(unit_id: int, statement: Callable[[], T]) -> T:
-    """``statement`` of the gate, retried after a lost connection, else the job requeued."""
-    for pause in GATE_PAUSES:
-        if pause:
-            time.sleep(pause)  # even a zero sleep yields the processor: not on every unit
-        try:
-            return statement()
-        except PoolTimeout:
-            # Every connection of the pool busy for its whole timeout: the job goes back to
-            # the queue like after a lost connection, never dropped with its unit pending.
-            logger.warning("Gate of unit %s found no free database connection", unit_id)
-            break
-        except DBAPIError as exc:
-            raise_if_stopping(exc)  # a stop that landed in the gate's statement
-            if not (
-                isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated
-            ):
-                raise
-            logger.warning("Gate of unit %s met a database error: %s", unit_id, type(exc).__name__)
-            db.session.rollback()  # a session read that failed is unusable until rolled back
-    raise RetryTask(f"gate of unit {unit_id} unreachable", delay=GATE_REQUEUE_SECONDS)
 
 
 def _run_contained(claim: Claim) -> str | None:
     """Run the unit's job; None if it succeeded, else the reason it failed."""
     info = claim.run
     definition = registry.find(info.type)
+
+    def work() -> None:
+        if definition is None:
+            raise LookupError(f"task type {info.type!r} is not registered")
+        unit_job = definition.make_job(claim.unit, info.context)
+        with tenant_scope.tenant(claim.unit.tenant_id), _time_limit(definition):
+            unit_job()
+
+    timeout = definition.options().timeout if definition else None
     with heartbeat.beating(claim.unit_id, claim.token):
-        try:
-            if definition is None:
-                raise LookupError(f"task type {info.type!r} is not registered")
-            unit_job = definition.make_job(claim.unit, info.context)
-            with tenant_scope.tenant(claim.unit.tenant_id), _time_limit(definition):
-                unit_job()
-        except TaskTimeout:
-            db.session.rollback()
-            logger.warning("Unit %s of run %s timed out", claim.unit.key, info.uuid)
-            return f"timeout: ran longer than {definition.options().timeout} s"
-        except BaseException as exc:
-            raise_if_stopping(exc)
-            db.session.rollback()
-            logger.exception("Unit %s of run %s (%s) failed", claim.unit.key, info.uuid, info.type)
-            return redact(exc)
-    return None
+        _done, reason = contained(
+            work,
+            f"Unit {claim.unit.key} of run {info.uuid} ({info.type})",
+            f"timeout: ran longer than {timeout} s",
+        )
+    return reason
 
 
 def _time_limit(definition: TaskDefinition) -> AbstractContextManager[None]:
@@ -160,39 +207,6 @@ def _time_limit(definition: TaskDefinition) -> AbstractContextManager[None]:
 
 
 def _expire(unit_id: int, token: str) -> None:
-    run_id = ledger.expire(unit_id, token)
+    run_id = ledger.sweeps.expire(unit_id, token)
     if run_id is not None:
-        ledger.finalize(run_id)
-
-
-@on_signal(signals.SIGNAL_EXPIRED)
-def expired(signal: str, task, queue: str) -> None:
-    """Huey dropped a unit job past its drain horizon: fail the unit, never leave it pending."""
-    if task.name == RUN_UNIT:
-        _run_id, unit_id, token, _horizon = task.args
-        _expire(unit_id, token)
-
-
-@on_signal(signals.SIGNAL_INTERRUPTED)
-def handed_back(signal: str, task, queue: str) -> None:
-    """A consumer is stopping mid-unit: hand the unit back with a new job, lose nothing.
-
-    Huey's consumer answers SIGTERM by sending SIGTERM to its process workers; a worker
-    with a task in flight raises KeyboardInterrupt inside it and emits this signal in
-    that same worker process, after the job's app context was torn down (its open
-    transaction rolled back). The interrupt may land before the gate (the unit is
-    still pending with this job's token) or after the unit settled but before the run
-    was finalized: both are covered.
-    """
-    if task.name != RUN_UNIT:
-        return
-    run_id, unit_id, token, horizon = task.args
-    handed = ledger.hand_back(unit_id, token)
-    if handed is None:
-        ledger.finalize(run_id)
-        return
-    new_token, type_ = handed
-    definition = registry.find(type_)
-    if definition is not None:
-        enqueue_unit(run_id, unit_id, new_token, type_, definition.options(), horizon)
-        logger.warning("Unit %s handed back on shutdown as a new job", unit_id)
+        ledger.transitions.finalize(run_id)

@@ -24,6 +24,7 @@ from sqlalchemy import select, text
 
 from database import is_sqlite, utcnow
 from taskrunner import console, delivery
+from taskrunner.dispatch import queue_of
 from taskrunner.ledger import (
     DURATION_BOUNDS,
     RUN_STATUSES,
@@ -99,7 +100,7 @@ def read(now: datetime | None = None) -> Scrape:
         runs.update({(group.type, group.status): group.runs for group in groups})
         units = {(type_, status): 0 for type_ in types for status in UNIT_STATUSES}
         units.update(reads.units(groups, active))
-        paused = ledger.paused_types()
+        paused = ledger.actions.paused_types()
         consumers, live_per_queue = _consumers(now)
         return Scrape(
             now=now,
@@ -128,13 +129,13 @@ def _queues(
 ) -> list[QueueFigures]:
     """Per queue: waiting jobs, pending and running units, the oldest pending one's age.
 
-    The queues page's figures (``ledger.active_by_type`` read per type, each type on
+    The queues page's figures (``ledger.fleet.active_by_type`` read per type, each type on
     its queue), here from the scrape's one read of the active units.
     """
     counts: dict[str, dict[str, int]] = {name: {} for name in QUEUE_NAMES}
     oldest: dict[str, datetime] = {}
     for group in active:
-        name = console.queue_of(group.type)
+        name = queue_of(group.type)
         per_status = counts.setdefault(name, {})
         per_status[group.status] = per_status.get(group.status, 0) + group.count
         since = group.oldest_queued_at

@@ -1,13 +1,12 @@
-"""The runner's read and operations service: what the backoffice pages, the JSON API and
-the demo seed ask of the runner, and the only way they reach it (through the contract).
+"""What the backoffice pages, the JSON API and the demo seed ask of the runner, and the only
+way they reach it (as ``taskrunner.contract.operations``).
 
-Each page or endpoint makes one call here and gets plain values back (runs are handed
-over as they are, to be rendered, never queried). The HTML view and the JSON view of
-one thing make the same call: ``run_detail`` feeds the run page and
-``/api/v1/backoffice/task-runs/<uuid>``, ``runs_page`` the run list and its JSON twin,
-and so on; the ``*_json`` functions only shape what that call returned (SPEC §9,
-``reports``). The reads themselves are the ledger's (``ledger``), the actions the
-runner's services (``runner``); nothing here holds SQL.
+A page or an endpoint makes one call here and gets plain values back (runs are handed
+over as they are, to be rendered, never queried). A read the ledger answers as the
+page needs it is the ledger's own method, named here; what a page needs from several
+reads is composed here (``run_detail``, ``run_list``, ``stale_units``, …). The HTML
+view and the JSON view of one thing make the same call, and the ``*_json`` functions
+only shape its answer (``reports``). Operator actions are the runner's services.
 
 Reads that a long-lived caller (a live stream) repeats end their transaction before
 they return, so no connection is held while the caller sleeps.
@@ -28,6 +27,7 @@ from taskrunner.events import CATALOG
 from taskrunner.ledger import (
     RUN_STATUSES,
     UNIT_STATUSES,
+    Actor,
     Attention,
     Bucket,
     ErrorGroup,
@@ -42,7 +42,6 @@ from taskrunner.registry import registry
 from taskrunner.reports import error_groups as error_groups_json
 from taskrunner.reports import runs_page as runs_json
 from taskrunner.reports import units_page as units_json
-from taskrunner.runner import Actor
 from taskrunner.settle import settle_here
 from taskrunner.types import Refused, RunStatus
 
@@ -73,6 +72,27 @@ DETAIL_CAP = 20
 # The JSON run (API and ``tasks status --json``): up to 100 failed and stale units and
 # the run's newest 200 events, as ``run_detail(run, *JSON_CAPS)``.
 JSON_CAPS = (reports.UNIT_LIST_CAP, 200)
+
+# The ledger's reads that answer a page as they are (each raises ``InvalidCursor`` for a
+# cursor that names nothing: the view's 400).
+find_run = ledger.runs.find_run  # any case; None for a malformed or unknown uuid
+runs_page = ledger.runs.runs_page
+run_units = ledger.runs.run_units_page
+run_events = ledger.runs.run_events
+run_ids_of = ledger.runs.run_ids_of
+error_groups = ledger.errors.error_groups
+unit_history = ledger.fleet.unit_history
+failure_streak = ledger.fleet.failure_streak
+stale_by_run = ledger.fleet.stale_counts_by_run
+count_pending_of_type = ledger.fleet.count_pending_of_type
+count_retryable = ledger.actions.count_retryable
+attention = ledger.attention.attention
+throughput = ledger.throughput.read
+consumers, queues, search = console.consumers, console.queues, console.search
+# Operator actions, recorded with their ``Actor`` (who, web or CLI, from where); each
+# raises ``Refused`` for what cannot be done.
+retry, cancel, retry_stale = runner.retry, runner.cancel, runner.retry_stale
+pause, resume = runner.pause, runner.resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,144 +146,70 @@ class StaleUnits:
         return sum(n for _, _, n in self.by_run)
 
 
-# -- runs --------------------------------------------------------------------------
-
-
-def find_run(run_uuid: str) -> TaskRun | None:
-    """The run with this uuid (any case); None for a malformed or unknown one."""
-    lowered = run_uuid.lower()
-    return ledger.find_run(lowered) if is_uuid(lowered) else None
+def is_registered(type_: str) -> bool:
+    return registry.find(type_) is not None
 
 
 def retry_allowed(run: TaskRun) -> bool:
     """Whether a retry of this run can be offered: not cancelled, its type registered."""
-    return run.status != RunStatus.CANCELLED and registry.find(run.type) is not None
-
-
-def runs_page(
-    limit: int = 50,
-    cursor: str | None = None,
-    type_: str | None = None,
-    status: str | None = None,
-    failed_recently: bool = False,
-) -> Page:
-    """Runs newest first, filtered; raises ``InvalidCursor``."""
-    return ledger.runs_page(
-        limit=limit, cursor=cursor, type_=type_, status=status, failed_recently=failed_recently
-    )
+    return run.status != RunStatus.CANCELLED and is_registered(run.type)
 
 
 def run_list(page: Page, type_: str | None = None) -> RunList:
     """The run list's columns for a page of ``runs_page``."""
-    retried = ledger.retried_runs(page.items)
+    retried = ledger.attention.retried_runs(page.items)
     return RunList(
         page=page,
-        counts=ledger.live_counts(page.items),
-        stale=ledger.stale_per_run(page.items),
+        counts=ledger.runs.live_counts(page.items),
+        stale=ledger.attention.stale_per_run(page.items),
         retried=retried,
         # Only a retried run has idle time (closed, waiting for the retry).
-        idle=ledger.idle_by_run(list(retried)),
-        paused=set(ledger.paused_types()),
-        types=ledger.run_types(type_),
-    )
-
-
-def run_units(
-    run: TaskRun,
-    status: str | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-    stale_only: bool = False,
-) -> Page:
-    """A run's units in order, with their stale reasons; raises ``InvalidCursor``."""
-    return ledger.run_units_page(
-        run, status=status, stale_only=stale_only, limit=limit, cursor=cursor
+        idle=ledger.attention.idle_by_run(list(retried)),
+        paused=set(ledger.actions.paused_types()),
+        types=ledger.runs.run_types(type_),
     )
 
 
 def run_detail(run: TaskRun, cap: int = DETAIL_CAP, events: int = DETAIL_CAP) -> RunDetail:
     """Everything the run page and the run's JSON show, with lists capped at ``cap``."""
-    counts = ledger.run_counts(run)
+    counts = ledger.runs.run_counts(run)
     return RunDetail(
         run=run,
         counts=counts,
         failed=run_units(run, status="failed", limit=cap) if counts["failed"] else None,
         skipped=run_units(run, status="skipped", limit=cap) if counts["skipped"] else None,
         stale=run_units(run, stale_only=True, limit=cap) if counts["stale"] else None,
-        events=ledger.run_events(run, limit=events),
-        actions=ledger.run_actions(run),
+        events=ledger.runs.run_events(run, limit=events),
+        actions=ledger.runs.run_actions(run),
         parked=delivery.parked(run_id=run.id, limit=cap),
-        idle=ledger.idle_seconds(run),
-        paused=ledger.is_paused(run.type),
+        idle=ledger.attention.idle_seconds(run),
+        paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
     )
 
 
-def run_events(run: TaskRun, limit: int = 200) -> list[dict[str, Any]]:
-    """A run's events, newest first."""
-    return ledger.run_events(run, limit=limit)
-
-
 def unit_detail(run: TaskRun, unit_key: str) -> UnitDetail | None:
-    found = ledger.find_unit(run, unit_key)
+    found = ledger.runs.find_unit(run, unit_key)
     if found is None:
         return None
     return UnitDetail(
         run=run,
         unit=found,
-        events=ledger.unit_events(run, found["unit_key"]),
-        paused=ledger.is_paused(run.type),
+        events=ledger.runs.unit_events(run, found["unit_key"]),
+        paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
     )
 
 
-def error_groups(run: TaskRun) -> list[ErrorGroup]:
-    """Failed units grouped by their redacted reason, biggest group first."""
-    return ledger.error_groups(run)
-
-
 def stale_units(limit: int = 100, cursor: str | None = None) -> StaleUnits:
     """Stale units across running runs, oldest first; raises ``InvalidCursor``."""
-    page = ledger.stale_units_page(limit=limit, cursor=cursor)
-    return StaleUnits(page, ledger.stale_counts_by_run() if page.items else [])
+    page = ledger.fleet.stale_units_page(limit=limit, cursor=cursor)
+    return StaleUnits(page, ledger.fleet.stale_counts_by_run() if page.items else [])
 
 
-def unit_history(
-    unit_key: str | None = None,
-    tenant_id: int | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-) -> Page:
-    """One unit key's or one tenant's units across runs, newest first."""
-    return ledger.unit_history(unit_key=unit_key, tenant_id=tenant_id, limit=limit, cursor=cursor)
-
-
-def failure_streak(history: list[dict[str, Any]]) -> int:
-    """How many of the newest terminal outcomes of a history failed in a row."""
-    return ledger.failure_streak(history)
-
-
-# -- the console: badges, throughput, workers, queues, search, parked events -------------
-
-
-def attention() -> Attention:
-    return ledger.attention()
-
-
-def throughput() -> Throughput:
-    return ledger.throughput()
-
-
-def consumers() -> dict[str, Any]:
-    return console.consumers()
-
-
-def queues() -> dict[str, Any]:
-    return console.queues()
-
-
-def search(query: str, limit: int = 20) -> dict[str, Any]:
-    return console.search(query, limit)
+def count_cancellable(run: TaskRun) -> int:
+    counts = ledger.runs.run_counts(run)
+    return counts["pending"] + counts["running"]
 
 
 def parked_events(limit: int = 100) -> tuple[list[ParkedDelivery], int, int]:
@@ -291,85 +237,19 @@ def _released(read: Callable[[], Any]) -> Any:
 
 def runs_marker(run_ids: list[int]) -> str:
     """What moves when one of these runs (or the set of runs) changes."""
-    return _released(lambda: f"{ledger.newest_run_id()}|{ledger.live_marker(run_ids)}")
+    return _released(lambda: f"{ledger.runs.newest_run_id()}|{ledger.runs.live_marker(run_ids)}")
 
 
 def run_marker(run_id: int) -> str:
-    return _released(lambda: ledger.live_marker([run_id]))
+    return _released(lambda: ledger.runs.live_marker([run_id]))
 
 
 def run_state(run_id: int) -> tuple[str, datetime | None]:
     """A run's status and finish time ("gone" once pruned)."""
-    return _released(lambda: ledger.run_state(run_id))
+    return _released(lambda: ledger.runs.run_state(run_id))
 
 
-def run_ids_of(uuids: list[str]) -> list[int]:
-    return ledger.run_ids_of(uuids)
-
-
-# -- operator actions (the runner's services, recorded with who and where) -------------
-
-
-def count_retryable(
-    run: TaskRun,
-    failed_only: bool,
-    reason: str | None = None,
-    unit_keys: list[str] | None = None,
-) -> int:
-    """How many units a retry with these arguments would re-dispatch (the confirm count)."""
-    return ledger.count_retryable(run, failed_only, reason=reason, unit_keys=unit_keys)
-
-
-def retry(
-    run_uuid: str,
-    actor: Actor,
-    failed_only: bool = False,
-    reason: str | None = None,
-    unit_keys: list[str] | None = None,
-) -> int:
-    """Re-dispatch a run's failed, pending and stale units; raises ``Refused``."""
-    return runner.retry(
-        run_uuid, failed_only=failed_only, actor=actor, reason=reason, unit_keys=unit_keys
-    )
-
-
-def count_cancellable(run: TaskRun) -> int:
-    counts = ledger.run_counts(run)
-    return counts["pending"] + counts["running"]
-
-
-def cancel(run_uuid: str, actor: Actor) -> int:
-    """Cancel a running run; the units skipped. Raises ``Refused``."""
-    return runner.cancel(run_uuid, actor=actor)
-
-
-def stale_by_run() -> list[tuple[str, str, int]]:
-    """(run uuid, type, stale units) of every running run with stale units."""
-    return ledger.stale_counts_by_run()
-
-
-def retry_stale(actor: Actor) -> tuple[int, list[str]]:
-    return runner.retry_stale(actor=actor)
-
-
-def is_registered(type_: str) -> bool:
-    return registry.find(type_) is not None
-
-
-def count_pending_of_type(type_: str) -> int:
-    """Pending units of a type's running runs (what a pause holds back or a resume sends)."""
-    return ledger.count_pending_of_type(type_)
-
-
-def pause(type_: str, actor: Actor) -> bool:
-    return runner.pause(type_, actor=actor)
-
-
-def resume(type_: str, actor: Actor) -> int:
-    return runner.resume(type_, actor=actor)
-
-
-# -- JSON shapes (SPEC §9) of what the calls above return ----------------------------------
+# -- JSON shapes (README, "JSON output") of what the calls above return -------------------
 
 
 def run_report(run: TaskRun) -> dict[str, Any]:

@@ -24,11 +24,12 @@ from typing import Any
 
 from flask import current_app
 
+from taskrunner.dispatch import RATE_LIMIT_PREFIX
 from taskrunner.ledger import ledger
+from tasks.huey_internals import REVOKE_PREFIX, lock_prefix, rate_limit_windows
 from tasks.queues import queues
 
-UNIT_TASK = re.compile(r"^(?:r:)?u(\d+)\.([0-9a-f]{32})$")
-RATE_WINDOW = ".rl.task-runner."
+UNIT_TASK = re.compile(rf"^(?:{REVOKE_PREFIX})?u(\d+)\.([0-9a-f]{{32}})$")
 
 
 def clear_leftovers(run_uuids: Iterable[str] = (), dispatch_uuids: Iterable[str] = ()) -> int:
@@ -43,29 +44,28 @@ def clear_leftovers(run_uuids: Iterable[str] = (), dispatch_uuids: Iterable[str]
 
 def _clear_queue(huey: Any, finished_runs: set[str], finished_dispatches: set[str]) -> int:
     keys = list(huey.storage.result_items())
+    windows = rate_limit_windows(huey, keys, RATE_LIMIT_PREFIX)
     unit_keys: dict[tuple[int, str], list[str]] = {}
     doomed: list[str] = []
-    lock_prefix = f"{huey.name}.lock."
     for key in keys:
         match = UNIT_TASK.match(key)
         if match:
             unit_keys.setdefault((int(match[1]), match[2]), []).append(key)
-        elif key.removeprefix("r:") in finished_dispatches:
+        elif key.removeprefix(REVOKE_PREFIX) in finished_dispatches:
             doomed.append(key)
-        elif key.startswith(lock_prefix) and any(u in key for u in finished_runs):
+        elif key.startswith(lock_prefix(huey)) and any(u in key for u in finished_runs):
             doomed.append(key)
-        elif key.startswith(f"{huey.name}{RATE_WINDOW}") and key.endswith(".w"):
-            if _window_passed(huey, key):
-                doomed.append(key)
+        elif key in windows and _window_passed(huey, key):
+            doomed.append(key)
     if unit_keys:
-        live = ledger.live_unit_tokens(unit_keys)
+        live = ledger.transitions.live_unit_tokens(unit_keys)
         for pair, names in unit_keys.items():
             if pair not in live:
                 doomed.extend(names)
     for key in doomed:
         huey.delete(key)
-        if key.endswith(".w") and RATE_WINDOW in key:
-            huey.storage.delete_counter(key[: -len(".w")])
+        if key in windows:
+            huey.storage.delete_counter(windows[key])
     return len(doomed)
 
 

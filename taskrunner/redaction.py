@@ -63,7 +63,7 @@ def init_app(app: Flask) -> None:
 
 
 def bind_scrubber(scrubber: Callable[[str], str]) -> None:
-    """Bind the scrubber of the app in context."""
+    """Replace the app's pass-through scrubber applied to every kept error message."""
     current_app.extensions[SCRUBBER] = scrubber
 
 
@@ -74,8 +74,17 @@ def scrub(text: str) -> str:
     return current_app.extensions.get(SCRUBBER, _pass_through)(text)
 
 
-def register_domain_error(cls: type[BaseException]) -> None:
+E = TypeVar("E", bound=type[BaseException])
+
+
+def register_domain_error(cls: E) -> E:
+    """Declare an exception class whose message an operator may read (a class decorator).
+
+    Its message is kept in the ledger after the scrubber, like a ``TaskReportableError``;
+    any other exception is stored by class name only.
+    """
     _domain_errors.add(cls)
+    return cls
 
 
 def is_domain_error(exc: BaseException) -> bool:

@@ -1,4 +1,4 @@
-"""The run shapes shared by ``tasks status --json`` and the JSON API (SPEC §9)."""
+"""The run shapes shared by ``tasks status --json`` and the JSON API (README, "JSON output")."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def run_summary(run: TaskRun, counts: dict[str, int] | None = None) -> dict[str,
         "initiator": run.initiator,
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
-        "units": counts if counts is not None else ledger.run_counts(run),
+        "units": counts if counts is not None else ledger.runs.run_counts(run),
     }
 
 

@@ -6,7 +6,7 @@ The CLI and the web views are both thin callers of these functions.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,36 +14,33 @@ from flask import current_app
 
 from database import utcnow
 from taskrunner import dispatch as dispatching
-from taskrunner.ledger import Dispatch, PruneReport, ledger
+from taskrunner.ledger import CLI, Actor, Dispatch, PruneReport, ledger
+from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
-from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition, TaskOptions
+from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Actor:
-    """Who asks for an operator action, and from where."""
-
-    name: str
-    source: str = "cli"
-    address: str | None = None
-
-
-CLI = Actor("cli")
-
-
 def start(
-    type_or_definition: str | TaskDefinition, context: dict[str, Any], initiator: str
+    type_or_definition: str | TaskDefinition,
+    context: Mapping[str, Any] | None = None,
+    initiator: str = "cli",
 ) -> RunHandle:
-    definition = (
-        registry.get(type_or_definition)
-        if isinstance(type_or_definition, str)
-        else type_or_definition
+    """Persist a run and its units, then dispatch one job per unit.
+
+    Refused (``Refused``, ``ContextError``) before anything is written: a type that is not
+    registered, a context the type's ``validate`` refuses.
+    """
+    context = dict(context or {})
+    definition = registry.get(
+        type_or_definition if isinstance(type_or_definition, str) else type_or_definition.type()
     )
-    options = definition.options()
-    dispatch = ledger.create_run(
+    validate = getattr(definition, "validate", None)
+    if validate is not None:
+        validate(context)  # ``ContextError``: refused before any row is written
+    dispatch = ledger.transitions.create_run(
         definition.type(),
         context,
         initiator,
@@ -51,19 +48,19 @@ def start(
         current_app.config["TASK_RUNNER_INSERT_CHUNK"],
     )
     if dispatch.count == 0:
-        status = ledger.finalize(dispatch.run_id)
+        status = ledger.transitions.finalize(dispatch.run_id)
         return RunHandle(dispatch.run_uuid, RunStatus(status), 0)
-    _dispatch_or_settle(dispatch, options)
+    _dispatch_or_settle(dispatch)
     return RunHandle(dispatch.run_uuid, RunStatus.RUNNING, dispatch.count)
 
 
-def _dispatch_or_settle(dispatch: Dispatch, options: TaskOptions) -> None:
+def _dispatch_or_settle(dispatch: Dispatch) -> None:
     try:
-        dispatching.enqueue_dispatch(dispatch, options)
+        dispatching.enqueue_dispatch(dispatch)
     except Exception as exc:
         # The wedge guard: no run stays running with nothing in flight.
         logger.exception("Dispatch of run %s failed", dispatch.run_uuid)
-        ledger.fail_undispatched(dispatch.run_id, f"dispatch failed: {redact(exc)}")
+        ledger.transitions.fail_undispatched(dispatch.run_id, f"dispatch failed: {redact(exc)}")
         raise
 
 
@@ -81,48 +78,42 @@ def retry(
     ``reason`` narrows it to one error group (its failed units), ``unit_keys`` to a
     selection of units. ``now``: the moment staleness is judged at (default: the clock).
     """
-    dispatch = ledger.reopen_for_retry(
+    dispatch = ledger.actions.reopen_for_retry(
         run_uuid,
         failed_only,
-        actor.name,
-        actor.source,
-        actor.address,
+        actor,
         stale_only=stale_only,
         reason=reason,
         unit_keys=unit_keys,
         now=now,
     )
-    _dispatch_or_settle(dispatch, registry.get(dispatch.type).options())
+    _dispatch_or_settle(dispatch)
     return dispatch.count
 
 
 def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     """Cancel a running run; return how many units were skipped."""
-    run = ledger.get_run(run_uuid)
-    queued, skipped = ledger.cancel(run_uuid, actor.name, actor.source, actor.address)
-    definition = registry.find(run.type)
-    if definition is not None:
-        dispatching.revoke(queued, dispatching.queue_for(run.type, definition.options()))
+    run = ledger.runs.get_run(run_uuid)
+    queued, skipped = ledger.actions.cancel(run_uuid, actor)
+    dispatching.revoke(queued, run.type)
     return skipped
 
 
 def prune(days: int | None = None, actor: Actor = CLI) -> PruneReport:
     """Delete terminal runs older than the retention and the queues' leftovers; record it."""
-    from taskrunner.queue_leftovers import clear_leftovers
-
     if days is None:
         days = current_app.config["TASK_RUNNER_RETENTION_DAYS"]
     older_than = utcnow() - timedelta(days=days)
-    report = ledger.prune(older_than)
+    report = ledger.pruning.prune(older_than)
     report.queue_keys = clear_leftovers(report.run_uuids, report.dispatch_uuids)
-    ledger.record_prune(report, older_than, actor.name, actor.source, actor.address)
+    ledger.pruning.record_prune(report, older_than, actor)
     return report
 
 
 def retry_stale(actor: Actor = CLI, now: datetime | None = None) -> tuple[int, list[str]]:
     """Retry the stale units of every running run; return (units, refusals an operator reads)."""
     retried, refusals = 0, []
-    for run_uuid, type_, _count in ledger.stale_counts_by_run(now):
+    for run_uuid, type_, _count in ledger.fleet.stale_counts_by_run(now):
         if registry.find(type_) is None:
             refusals.append(f"run {run_uuid} ({type_}) is not a registered task type")
             continue
@@ -137,15 +128,15 @@ def retry_stale(actor: Actor = CLI, now: datetime | None = None) -> tuple[int, l
 def pause(type_: str, actor: Actor = CLI) -> bool:
     """Pause a registered task type; False if it was paused already."""
     registry.get(type_)
-    return ledger.pause_type(type_, actor.name, actor.source, actor.address)
+    return ledger.actions.pause_type(type_, actor)
 
 
 def resume(type_: str, actor: Actor = CLI) -> int:
     """Resume a paused type and enqueue the units that waited; return how many."""
-    definition = registry.get(type_)
-    dispatches = ledger.resume_type(type_, actor.name, actor.source, actor.address)
+    registry.get(type_)
+    dispatches = ledger.actions.resume_type(type_, actor)
     if dispatches is None:
         raise Refused(f"task type {type_} is not paused")
     for dispatch in dispatches:
-        _dispatch_or_settle(dispatch, definition.options())
+        _dispatch_or_settle(dispatch)
     return sum(d.count for d in dispatches)

@@ -30,17 +30,17 @@ def settle_here(
     ``work`` raised; no queue is involved. Returns the run's uuid.
     """
     units = list(units)
-    dispatch = ledger.create_run(type_, context, initiator, units, INSERT_CHUNK)
-    for unit_id in ledger.dispatch_batch(dispatch, 0, len(units) + 1):
-        claim = ledger.claim(unit_id, dispatch.token)
+    dispatch = ledger.transitions.create_run(type_, context, initiator, units, INSERT_CHUNK)
+    for unit_id in ledger.transitions.dispatch_batch(dispatch, 0, len(units) + 1):
+        claim = ledger.transitions.claim(unit_id, dispatch.token)
         if claim is None:
             continue
         try:
             work(claim.unit)
         except Exception as exc:
             ledger.session.rollback()
-            ledger.fail(claim, redact(exc))
+            ledger.transitions.fail(claim, redact(exc))
         else:
-            ledger.complete(claim)
-    ledger.finalize(dispatch.run_id)
+            ledger.transitions.complete(claim)
+    ledger.transitions.finalize(dispatch.run_id)
     return dispatch.run_uuid

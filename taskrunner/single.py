@@ -1,4 +1,4 @@
-"""Single tracked jobs (SPEC §8): a fire-and-forget Huey job that keeps a ledger.
+"""Single tracked jobs (docs/operations.md): a fire-and-forget Huey job that keeps a ledger.
 
 A job declared with ``tracked_job`` stays an ordinary Huey job with its own name,
 arguments and retries, so its call sites do not change. Around each execution the
@@ -20,8 +20,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from flask import Flask, current_app
-from huey import signals
 from huey.exceptions import CancelExecution, TaskTimeout
 
 from extensions import db
@@ -32,19 +30,9 @@ from taskrunner.redaction import redact, store_reason
 from taskrunner.types import PermanentError, TaskRunnerError, TaskUnit
 from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
-from tasks.routing import JobHandle, job, on_signal
+from tasks.routing import JobHandle, job
 
 logger = logging.getLogger(__name__)
-
-# Job name -> how its unit is derived from the job's arguments: declared when a job
-# module is imported, like the job's route, and adopted by each app built after.
-_DECLARED: dict[str, Callable[..., TaskUnit]] = {}
-TRACKED = "taskrunner.tracked_jobs"
-
-
-def init_app(app: Flask) -> None:
-    """Give ``app`` the tracked jobs declared so far (every job module is imported by now)."""
-    app.extensions[TRACKED] = dict(_DECLARED)
 
 
 def tracked_job(
@@ -58,7 +46,12 @@ def tracked_job(
     retry_backoff: float = 0,
     initiator: str = "queue",
 ) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a Huey job whose executions are recorded on the ledger as type ``name``."""
+    """Declare a single tracked Huey job: each attempt recorded on the ledger.
+
+    ``unit(*job_args)`` names the unit; Huey keeps the retries (with backoff); the run
+    is made on the first attempt, as type ``name``, and re-found on retries of the same
+    dispatch.
+    """
 
     def decorator(fn: Callable[..., Any]) -> JobHandle:
         @functools.wraps(fn)
@@ -71,6 +64,12 @@ def tracked_job(
                 initiator,
             )
 
+        def interrupted(*_args: Any, task: Any, **_kwargs: Any) -> None:
+            """A consumer stopped mid-attempt: the same dispatch again, its run re-found."""
+            ledger.single_jobs.release_interrupted_single(name, task.id)
+            queues().huey(queue).enqueue(task)
+            logger.warning("Attempt of %s (%s) handed back on shutdown", name, task.id)
+
         job(
             name,
             queue=queue,
@@ -79,8 +78,8 @@ def tracked_job(
             retry_delay=retry_delay,
             retry_backoff=retry_backoff,
             wants_task=True,
+            on_stop=interrupted,
         )(run)
-        _DECLARED[name] = unit
         # Enqueued like any job; ``call_local`` runs the body alone, untracked (tests).
         return JobHandle(name, fn)
 
@@ -90,7 +89,7 @@ def tracked_job(
 def execute_attempt(
     type_: str, unit: TaskUnit, task: Any, call: Callable[[], Any], initiator: str
 ) -> Any:
-    claim = ledger.begin_single_attempt(type_, unit, task.id, initiator)
+    claim = ledger.single_jobs.begin_single_attempt(type_, unit, task.id, initiator)
     if claim is None:
         logger.info("Dispatch %s of %s already settled; nothing to do", task.id, type_)
         return None
@@ -114,19 +113,19 @@ def execute_attempt(
                 unit.key,
                 reason,
             )
-            store_reason(lambda text: ledger.release_attempt(claim, text), reason)
+            store_reason(lambda text: ledger.single_jobs.release_attempt(claim, text), reason)
             _raise_to_huey(exc)
         logger.exception(
             "%s (%s) failed for good after %d attempts", type_, unit.key, claim.attempts
         )
-        if store_reason(lambda text: ledger.fail(claim, text), reason):
-            ledger.finalize(claim.run.id)
+        if store_reason(lambda text: ledger.transitions.fail(claim, text), reason):
+            ledger.transitions.finalize(claim.run.id)
         if task.retries:
             # A permanent error: Huey must not spend the retries that are left.
             raise CancelExecution(retry=False) from exc
         _raise_to_huey(exc)
-    if ledger.complete(claim):
-        ledger.finalize(claim.run.id)
+    if ledger.transitions.complete(claim):
+        ledger.transitions.finalize(claim.run.id)
     return result
 
 
@@ -135,13 +134,3 @@ def _raise_to_huey(exc: BaseException) -> NoReturn:
     if isinstance(exc, Exception):
         raise exc
     raise TaskRunnerError(f"job raised {type(exc).__name__}") from exc
-
-
-@on_signal(signals.SIGNAL_INTERRUPTED)
-def interrupted(signal: str, task: Any, queue: str) -> None:
-    """A consumer stopped mid-attempt: enqueue the same dispatch again, its run re-found."""
-    if task.name not in current_app.extensions[TRACKED]:
-        return
-    ledger.release_interrupted_single(task.name, task.id)
-    queues().huey(queue).enqueue(task)
-    logger.warning("Attempt of %s (%s) handed back on shutdown", task.name, task.id)

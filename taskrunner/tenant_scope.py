@@ -28,7 +28,7 @@ def init_app(app: Flask) -> None:
 
 
 def bind(enter: Callable[[int], Any], leave: Callable[[], Any]) -> None:
-    """Bind the hooks of the app in context."""
+    """Let the tenancy module say how the app enters and leaves a tenant around a unit."""
     current_app.extensions[EXTENSION] = TenantHooks(enter, leave)
 
 

@@ -50,6 +50,39 @@ class Refused(TaskRunnerError):
     """An operator request the ledger refuses: unknown run, nothing to retry."""
 
 
+class ContextError(Refused):
+    """A run's context its task type refuses (a key missing, misspelt or mistyped): no run
+    is made. Exit 1 with this one line in the CLI, a 400 problem body on the web."""
+
+
+KINDS = {int: "a whole number", str: "a text", bool: "true or false"}
+
+
+def check_context(
+    type_: str,
+    context: Mapping[str, Any],
+    required: Mapping[str, type] | None = None,
+    optional: Mapping[str, type] | None = None,
+) -> None:
+    """Refuse a context with a required key missing, a key no one reads (a misspelling, as
+    often as not) or a value of another kind; ``bool`` is not taken for ``int``."""
+    known = {**(required or {}), **(optional or {})}
+    unknown = sorted(str(key) for key in context if key not in known)
+    if unknown:
+        reads = ", ".join(sorted(known)) or "no context"
+        raise ContextError(f"{type_} has no context key {unknown[0][:40]!r} (it reads {reads})")
+    missing = sorted(set(required or {}) - set(context))
+    if missing:
+        raise ContextError(f"{type_} needs the context key {missing[0]!r}")
+    for key, value in context.items():
+        kind = known[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            raise ContextError(
+                f"{type_}: the context key {key!r} must be {KINDS.get(kind, kind.__name__)}, "
+                f"not {type(value).__name__}"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class TaskUnit:
     key: str
@@ -76,6 +109,9 @@ class TaskDefinition(Protocol):
     def make_job(self, unit: TaskUnit, context: Mapping[str, Any]) -> UnitJob: ...
 
     def options(self) -> TaskOptions: ...
+
+    # Optional: ``validate(context)`` raises ``ContextError`` for a context the type
+    # refuses. Every way of starting a run calls it before the run exists.
 
 
 @dataclass(frozen=True, slots=True)

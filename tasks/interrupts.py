@@ -10,8 +10,8 @@ cleaning up after the interrupt can raise an error of its own in its place
 context. A library may also re-raise the interrupt with its traceback cut off
 (psycopg raises ``ex.with_traceback(None)``, so an interrupt that lands in a
 statement no longer shows the handler's frame): every worker therefore notes the
-stop signal itself, before the handler runs (``watch_stop_signal``), and an
-interrupt in a process that received it is the stop whatever its traceback.
+stop signal itself, before the handler runs (``huey_internals.watch_stop_signal``),
+and an interrupt in a process that received it is the stop whatever its traceback.
 Any other ``BaseException`` -- a job calling ``sys.exit()``, or raising
 ``KeyboardInterrupt`` itself -- is that job's failure: handing it back would run it
 again, forever.
@@ -19,37 +19,7 @@ again, forever.
 
 from __future__ import annotations
 
-import signal
-import threading
-
-STOP_HANDLER_MODULES = ("huey.consumer", "tasks.lean")  # Huey's handler, and the lean lanes'
-_stop_signal_received = False
-
-
-def note_stop_signal() -> None:
-    """Record that this process was told to stop (from its stop signal's handler)."""
-    global _stop_signal_received
-    _stop_signal_received = True
-
-
-def stop_signal_received() -> bool:
-    return _stop_signal_received
-
-
-def watch_stop_signal() -> None:
-    """A process worker's startup hook: note SIGTERM before Huey's handler interrupts."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # thread workers are never interrupted by a signal
-    interrupt = signal.getsignal(signal.SIGTERM)
-    if not callable(interrupt) or getattr(interrupt, "notes_stop", False):
-        return
-
-    def on_stop(signum, frame):  # noqa: ANN001 - a signal handler's signature
-        note_stop_signal()
-        interrupt(signum, frame)
-
-    on_stop.notes_stop = True  # type: ignore[attr-defined]
-    signal.signal(signal.SIGTERM, on_stop)
+from tasks.huey_internals import STOP_HANDLER_MODULES, stop_signal_received
 
 
 def _raised_by_stop_handler(exc: KeyboardInterrupt) -> bool:
@@ -71,7 +41,7 @@ def consumer_stop(exc: BaseException) -> KeyboardInterrupt | None:
             continue
         seen.add(id(current))
         if isinstance(current, KeyboardInterrupt) and (
-            _stop_signal_received or _raised_by_stop_handler(current)
+            stop_signal_received() or _raised_by_stop_handler(current)
         ):
             return current
         pending += [current.__cause__, current.__context__]

@@ -32,7 +32,6 @@ from typing import Any
 from flask import Flask
 from huey import Huey
 from huey import signals as S
-from huey.consumer import Consumer
 from sqlalchemy import JSON, Engine, Index, Integer, String, create_engine, delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
@@ -40,6 +39,7 @@ from sqlalchemy.pool import NullPool
 
 from database import configure_engine, engine_options, utcnow
 from extensions import db
+from tasks.huey_internals import ObservedConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,13 @@ class Presence:
         self._forgot_at: datetime | None = None
 
     def start(self) -> None:
-        self.beat()
+        try:
+            self.beat()
+        except Exception:
+            # The queue still runs when the database is briefly unreachable at start;
+            # the thread is not started, so this consumer is simply not shown.
+            logger.exception("Consumer %s could not register", self.id)
+            return
         self._thread = threading.Thread(target=self._run, name="consumer-presence", daemon=True)
         self._thread.start()
 
@@ -259,49 +265,22 @@ def watch(hueys: Iterable[Huey], board: Board) -> None:
         huey.signal(*DONE_SIGNALS)(board.done)
 
 
-class PresentMixin:
-    """A consumer that registers itself and heartbeats (mixed into Huey's and the lean one)."""
-
-    presence: Presence | None = None
-
-    def _present(self, app: Flask, hueys: list[Huey], worker_type: str, workers: int) -> None:
-        # Two slots per worker: a restarted worker claims a new one before the old is freed.
-        board = Board(max(2, 2 * workers))
-        watch(hueys, board)
-        self.presence = Presence(
-            app, [h.name.removeprefix("taskledger.") for h in hueys], worker_type, workers, board
-        )
-
-    def run(self) -> None:
-        try:
-            super().run()
-        finally:
-            if self.presence is not None:
-                self.presence.stop()
-
-    def start(self) -> None:
-        super().start()
-        if self.presence is not None:
-            try:
-                self.presence.start()
-            except Exception:
-                # The queue still runs when the database is briefly unreachable at start;
-                # the thread is not started, so this consumer is simply not shown.
-                logger.exception("Consumer %s could not register", self.presence.id)
-
-
-class PresentConsumer(PresentMixin, Consumer):
-    """Huey's consumer, registered: what ``huey_consumer tasks.consumer.<queue>`` runs."""
-
-    def __init__(self, app: Flask, huey: Huey, **options: Any) -> None:
-        super().__init__(huey, **options)
-        self._present(app, [huey], self.worker_type, self.workers)
+def present(app: Flask, hueys: list[Huey], worker_type: str, workers: int) -> Presence:
+    """The presence of a consumer of these queues, its workers writing on its board."""
+    # Two slots per worker: a restarted worker claims a new one before the old is freed.
+    board = Board(max(2, 2 * workers))
+    watch(hueys, board)
+    return Presence(
+        app, [h.name.removeprefix("taskledger.") for h in hueys], worker_type, workers, board
+    )
 
 
 def consumer_factory(app: Flask, huey: Huey):
-    """``huey.create_consumer`` for one of our Huey instances."""
+    """``huey_consumer``'s consumer of one of our Huey instances: registered, beating."""
 
-    def create_consumer(**options: Any) -> Consumer:
-        return PresentConsumer(app, huey, **options)
+    def create_consumer(**options: Any) -> ObservedConsumer:
+        consumer = ObservedConsumer(huey, **options)
+        consumer.watcher = present(app, [huey], consumer.worker_type, consumer.workers)
+        return consumer
 
     return create_consumer

@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from flask import Flask
 from huey import Huey, PostgresHuey, RedisHuey, SqliteHuey
-from huey.api import PeriodicTask
+from huey.signals import SIGNAL_EXPIRED, SIGNAL_INTERRUPTED
 from redis import ConnectionPool
 
 from database import postgres_connect_args
 from security.files import private_file
 from tasks import presence
-from tasks.interrupts import watch_stop_signal
+from tasks.huey_internals import SlottedPeriodicTask, serve_with, watch_stop_signal
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
 from tasks.schedules import DueSlots, tick_seconds
 from tasks.slots import claim as claim_slot
@@ -85,21 +84,6 @@ def _libpq_dsn(url: str) -> str:
     raise QueueConfigError("QUEUE_DRIVER=postgres needs a PostgreSQL DATABASE_URL")
 
 
-class SlottedPeriodicTask(PeriodicTask):
-    """A periodic task enqueued with the slots it is owed (its ``slots`` argument)."""
-
-    due_slots: Callable[[datetime], list[datetime]]  # set per task by ``Queues``
-
-    def validate_datetime(self, timestamp: datetime) -> bool:
-        # Huey asks each fresh periodic task instance whether it is due, then enqueues it:
-        # one job a check, carrying every slot that began since the scheduler's last one.
-        owed = self.due_slots(timestamp)
-        if not owed:
-            return False
-        self.kwargs = {"slots": [slot.isoformat() for slot in owed]}
-        return True
-
-
 class Queues:
     """The app's Huey instances and the jobs registered on them."""
 
@@ -131,7 +115,7 @@ class Queues:
         # library cut off is still told apart from a job's own failure.
         huey.on_startup("taskledger.watch_stop_signal")(watch_stop_signal)
         # ``huey_consumer`` asks the instance for its consumer: ours registers itself.
-        huey.create_consumer = presence.consumer_factory(self.app, huey)
+        serve_with(huey, presence.consumer_factory(self.app, huey))
         for spec in routes.jobs.values():
             if spec.queue in (None, queue):
                 self._tasks[(queue, spec.name)] = huey.task(
@@ -152,8 +136,11 @@ class Queues:
                     task_base=SlottedPeriodicTask,
                     due_slots=functools.partial(owed.due, pspec.name, pspec.schedule),
                 )(self._once_per_slot(pspec))
-        for signals, handler in routes.signals:
-            huey.signal(*signals)(self._signal_in_app_context(handler, queue))
+        # A job's own hooks: its work handed back when the consumer stops mid-job (Huey's
+        # stop interrupts a job and says so with this signal), or failed when Huey drops
+        # it past its ``expires``.
+        huey.signal(SIGNAL_INTERRUPTED)(self._hook("on_stop"))
+        huey.signal(SIGNAL_EXPIRED)(self._hook("on_expire"))
         return huey
 
     def _in_app_context(self, fn: Any, wants_task: bool) -> Any:
@@ -190,12 +177,17 @@ class Queues:
 
         return run
 
-    def _signal_in_app_context(self, handler: Any, queue: str) -> Any:
+    def _hook(self, name: str) -> Any:
         app = self.app
 
         def receive(signal: str, task: Any, *args: Any) -> None:
+            spec = routes.jobs.get(task.name)
+            hook = getattr(spec, name, None)
+            if hook is None:
+                return
+            kwargs = dict(task.kwargs or {}, **({"task": task} if spec.wants_task else {}))
             with app.app_context():
-                handler(signal, task, queue, *args)
+                hook(*task.args, **kwargs)
 
         return receive
 

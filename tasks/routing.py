@@ -8,7 +8,7 @@ Huey enforces a timeout (SIGALRM) only there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from tasks.schedules import Schedule
 
 QUEUE_NAMES = ("default", "tasks", "builder", "long-job", "io")
 PERIODIC_QUEUE = "default"  # periodic tasks are registered, and scheduled, here only
+DEFAULT_QUEUE = "tasks"  # a task type's units, unless its definition names another
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,16 @@ TYPE_ROUTES: dict[str, str] = {
 }
 
 
+def type_routes(config: Mapping[str, Any]) -> dict[str, str]:
+    """``TYPE_ROUTES`` with the deployment's own (``TASK_RUNNER_TYPE_ROUTES``) over it."""
+    routed = dict(TYPE_ROUTES)
+    for entry in (config.get("TASK_RUNNER_TYPE_ROUTES") or "").split(","):
+        name, _, queue = entry.partition("=")
+        if name.strip() and queue.strip():
+            routed[name.strip()] = queue.strip()
+    return routed
+
+
 @dataclass(frozen=True)
 class JobSpec:
     name: str
@@ -76,6 +87,11 @@ class JobSpec:
     stuck_after_minutes: int | None = None
     wants_task: bool = False
     retry_backoff: float = 0  # each retry's delay is the previous one times this
+    # Called with the job's arguments (and ``task``, for a job that wants it), in an app
+    # context of the worker, when the consumer stops in the middle of the job (its work
+    # can be handed back) or when Huey drops the job unrun past its ``expires``.
+    on_stop: Callable[..., Any] | None = None
+    on_expire: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +106,6 @@ class PeriodicSpec:
 class Routes:
     jobs: dict[str, JobSpec] = field(default_factory=dict)
     periodic: dict[str, PeriodicSpec] = field(default_factory=dict)
-    signals: list[tuple[tuple[str, ...], Callable[..., Any]]] = field(default_factory=list)
 
 
 routes = Routes()
@@ -100,10 +115,11 @@ routes = Routes()
 class JobHandle:
     """A declared job. ``enqueue`` sends it to the queue its route names; calling the
     handle itself is refused, so no call site runs a job inline and untracked by mistake.
+    ``JobHandle(name)`` names a job declared elsewhere, to enqueue it only.
     """
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., Any] | None = None
 
     def enqueue(self, *args: Any, queue: str | None = None, **kwargs: Any) -> Any:
         """Enqueue one execution (``queue`` only for a job served by every queue)."""
@@ -120,32 +136,15 @@ class JobHandle:
 
 
 def job(
-    name: str,
-    *,
-    queue: str | None,
-    timeout: int,
-    retries: int = 0,
-    retry_delay: int = 0,
-    stuck_after_minutes: int | None = None,
-    wants_task: bool = False,
-    retry_backoff: float = 0,
+    name: str, *, queue: str | None, timeout: int, **settings: Any
 ) -> Callable[[Callable[..., Any]], JobHandle]:
-    """Declare a Huey job: its name, queue and timeout (the route); returns its handle."""
+    """Declare a Huey job: its name, queue and timeout (the route), and its other
+    ``JobSpec`` settings (retries, ``on_stop``, …); returns its handle."""
     if queue is not None and queue not in QUEUES:
         raise ValueError(f"unknown queue {queue!r}")
 
     def decorator(fn: Callable[..., Any]) -> JobHandle:
-        routes.jobs[name] = JobSpec(
-            name,
-            fn,
-            queue,
-            timeout,
-            retries,
-            retry_delay,
-            stuck_after_minutes,
-            wants_task,
-            retry_backoff,
-        )
+        routes.jobs[name] = JobSpec(name, fn, queue, timeout, **settings)
         return JobHandle(name, fn)
 
     return decorator
@@ -158,16 +157,6 @@ def periodic(
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         routes.periodic[name] = PeriodicSpec(name, fn, schedule, timeout)
-        return fn
-
-    return decorator
-
-
-def on_signal(*signals: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Connect a handler to Huey signals of every queue, run inside an app context."""
-
-    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        routes.signals.append((signals, fn))
         return fn
 
     return decorator

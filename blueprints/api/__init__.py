@@ -1,4 +1,4 @@
-"""The JSON read API of the backoffice (SPEC §9).
+"""The JSON read API of the backoffice (README, "JSON API").
 
 Each endpoint makes the same ``operations`` call as its HTML page and returns the
 service's JSON shape of it, so the two cannot drift.

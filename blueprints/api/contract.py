@@ -1,6 +1,6 @@
 """The backoffice JSON API's OpenAPI document, served at ``/api/v1/backoffice/openapi.json``.
 
-The shapes are SPEC §9's (``taskrunner.reports``), shared with ``tasks status --json``.
+The shapes are README's "JSON output" (``taskrunner.reports``), shared with ``tasks status --json``.
 """
 
 from __future__ import annotations
@@ -585,7 +585,7 @@ def _session_cookie(app: Flask) -> dict[str, Any]:
 BACKOFFICE = Document(
     title="Taskledger backoffice API",
     description=(
-        "Operators' read API over the task runs (SPEC §9). Signed-in session only "
+        "Operators' read API over the task runs (the README's JSON API). Signed-in session only "
         "(401 without one, 403 without the permission). Identifiers are uuids and unit "
         "keys; lists end with `next_cursor` (null on the last page). Errors are problem "
         "bodies (`application/problem+json`) with a stable `error` code."

@@ -1,4 +1,4 @@
-"""The operator pages of the task runner (SPEC §9): thin views over the runner's operations."""
+"""The operator pages of the task runner (README, "Backoffice"): thin views over operations."""
 
 from __future__ import annotations
 

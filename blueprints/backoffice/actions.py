@@ -82,7 +82,7 @@ def retry(run_uuid: str):
         )
     try:
         count = operations.retry(
-            run.uuid, actor(), failed_only=failed_only, reason=reason, unit_keys=keys
+            run.uuid, actor=actor(), failed_only=failed_only, reason=reason, unit_keys=keys
         )
     except Refused as exc:
         flash(f"Nothing retried: {exc}", "error")

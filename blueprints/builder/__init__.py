@@ -25,8 +25,9 @@ from flask_login import current_user
 from accounts.permissions import permission_required
 from blueprints import params
 from blueprints.streams import event_stream
-from coursebuilder import reports, service
-from coursebuilder.service import BuilderError, RunStatus, UnknownRun, live_topic
+from coursebuilder import reports, stages
+from coursebuilder.models import RunStatus
+from coursebuilder.stages import BuilderError, UnknownRun, live_topic
 from live import topics as live
 
 bp = Blueprint("builder", __name__, url_prefix="/builder")
@@ -38,7 +39,7 @@ PAGE_SIZE = 50
 
 def run_or_404(run_uuid: str):
     try:
-        return service.find_run(run_uuid)
+        return stages.find_run(run_uuid)
     except UnknownRun:
         abort(404, description="no such course build")
 
@@ -99,7 +100,7 @@ def retry(run_uuid: str):
             "failed and not-run steps are queued again; completed steps keep their output.",
         )
     try:
-        stage, steps = service.retry(run.uuid, actor=current_user.email)
+        stage, steps = stages.retry(run.uuid, actor=current_user.email)
     except BuilderError as exc:
         flash(f"Not retried: {exc}", "error")
     else:
@@ -117,7 +118,7 @@ def stream(run_uuid: str):
     run_id, topic = run.id, live_topic(run.uuid)
 
     def changes(marker: str) -> tuple[list[str], bool]:
-        status, stage = service.run_state(run_id)
+        status, stage = stages.run_state(run_id)
         payload = {"marker": marker, "status": status, "stage": stage}
         if status == RunStatus.RUNNING:
             return [live.sse("changed", payload)], False

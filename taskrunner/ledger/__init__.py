@@ -1,18 +1,20 @@
 """The ledger: the only code that reads and writes the task-runner tables.
 
-One object, ``ledger``, composed of one mixin per responsibility; most modules of
-this package hold one of them (``docs/architecture.md`` has the table). The mixins
-share ``LedgerBase`` (the session, a write transaction with its outbox, the run
-lock and close) and may call each other's methods through the composed class (the
-sweep finalizes runs, the strip rolls up throughput). The rest of the house imports
-the ledger's names from here, never from the modules inside; those import each
-other, never this facade (an import cycle otherwise).
+One collaborator per responsibility, each a small class that takes the session and
+the collaborators it calls (``docs/architecture.md`` has the table); ``ledger``
+composes them once. Callers name the part they use (``ledger.transitions.claim``,
+``ledger.runs.find_run``): nothing forwards, and no part reaches another except
+through what its constructor was given.
 """
 
 from __future__ import annotations
 
-from taskrunner.ledger.attention import Attention, AttentionReads, Bucket, Throughput
-from taskrunner.ledger.errors import ErrorGroup, ErrorReads, folded_reason, normalize_reason
+from sqlalchemy.orm import Session
+
+from extensions import db
+from taskrunner.ledger.actions import OperatorActions
+from taskrunner.ledger.attention import Attention, AttentionReads
+from taskrunner.ledger.errors import ErrorGroup, ErrorReads
 from taskrunner.ledger.fleet import FleetReads
 from taskrunner.ledger.hot import forget_cached_runs, release_hot_connection
 from taskrunner.ledger.metrics import (
@@ -22,47 +24,56 @@ from taskrunner.ledger.metrics import (
     LedgerMetrics,
     stale_counts,
 )
-from taskrunner.ledger.operations import OperatorActions
 from taskrunner.ledger.prune import Pruning
-from taskrunner.ledger.records import EXPIRED, Claim, Dispatch, PruneReport, RunInfo, Settled
-from taskrunner.ledger.runs import (
+from taskrunner.ledger.records import (
+    CLI,
+    EXPIRED,
     RUN_STATUSES,
     UNIT_STATUSES,
+    Actor,
+    Claim,
+    Dispatch,
     InvalidCursor,
     Page,
-    RunReads,
+    PruneReport,
     is_uuid,
 )
+from taskrunner.ledger.runs import RunReads
 from taskrunner.ledger.single_jobs import SingleJobs
-from taskrunner.ledger.stale_rules import StaleCutoffs
-from taskrunner.ledger.stuck import StuckSweep
-from taskrunner.ledger.throughput import ThroughputRollup
+from taskrunner.ledger.sweeps import StuckSweep
+from taskrunner.ledger.throughput import Bucket, Throughput, ThroughputRollup
 from taskrunner.ledger.transitions import Transitions
+from taskrunner.ledger.writes import Writes
 
 
-class TaskRunLedger(
-    Transitions,
-    OperatorActions,
-    StuckSweep,
-    SingleJobs,
-    Pruning,
-    ThroughputRollup,
-    RunReads,
-    ErrorReads,
-    FleetReads,
-    AttentionReads,
-):
-    """Every read and write of the task-runner tables, behind one object."""
+class Ledger:
+    """Every read and write of the task-runner tables, one part per responsibility."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        writes = Writes(session)
+        self.runs = RunReads(session)
+        self.errors = ErrorReads(session)
+        self.fleet = FleetReads(session)
+        self.attention = AttentionReads(session)
+        self.throughput = ThroughputRollup(session)
+        self.transitions = Transitions(session, writes)
+        self.actions = OperatorActions(session, writes)
+        self.sweeps = StuckSweep(session, writes, self.transitions)
+        self.single_jobs = SingleJobs(session, writes)
+        self.pruning = Pruning(session, writes)
 
 
-ledger = TaskRunLedger()
+ledger = Ledger(db.session)
 
 __all__ = [
+    "CLI",
     "DURATION_BOUNDS",
     "EXPIRED",
     "RUN_STATUSES",
     "UNIT_STATUSES",
     "ActiveUnits",
+    "Actor",
     "Attention",
     "Bucket",
     "Claim",
@@ -70,19 +81,14 @@ __all__ = [
     "Durations",
     "ErrorGroup",
     "InvalidCursor",
+    "Ledger",
     "LedgerMetrics",
     "Page",
     "PruneReport",
-    "RunInfo",
-    "Settled",
-    "StaleCutoffs",
-    "TaskRunLedger",
     "Throughput",
-    "folded_reason",
     "forget_cached_runs",
     "is_uuid",
     "ledger",
-    "normalize_reason",
     "stale_counts",
     "release_hot_connection",
 ]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from security.refs import REF_CODE
-from taskrunner.ledger.base import LedgerBase
+from taskrunner.ledger.records import not_deleted
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.redaction import reason_kind
 from taskrunner.types import UnitStatus
@@ -56,20 +55,27 @@ def folded_reason(session: Session):
     return func.taskledger_fold_reason(TaskRunUnit.last_error)
 
 
-class ErrorReads(LedgerBase):
+def _sample(found: Any) -> list[int]:
+    """The first tenants of a group, from PostgreSQL's array or SQLite's joined list."""
+    if isinstance(found, str):
+        found = found.split(",")
+    return sorted(int(t) for t in found or () if t is not None)[:TENANT_SAMPLE]
+
+
+class ErrorReads:
     """A run's error groups."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
     def error_groups(self, run: TaskRun, limit: int = 50) -> list[ErrorGroup]:
         """Failed units grouped by their redacted reason (numbers folded), biggest first."""
-        failed = and_(
-            TaskRunUnit.task_run_id == run.id,
-            TaskRunUnit.status == UnitStatus.FAILED,
-            TaskRunUnit.deleted_at.is_(None),
-        )
-        if self.session.get_bind().dialect.name != "postgresql":
-            return self._error_groups_in_python(failed, limit)
-        # Grouping tens of thousands of reasons sorts on disk with the default work_mem.
-        self.session.execute(text("SET LOCAL work_mem = '32MB'"))
+        if self.session.get_bind().dialect.name == "postgresql":
+            # Grouping tens of thousands of reasons sorts on disk with the default work_mem.
+            self.session.execute(text("SET LOCAL work_mem = '32MB'"))
+            tenants = func.array_agg(TaskRunUnit.tenant_id.distinct())
+        else:
+            tenants = func.group_concat(TaskRunUnit.tenant_id.distinct())
         reason = folded_reason(self.session)
         grouped = (
             select(
@@ -78,9 +84,13 @@ class ErrorReads(LedgerBase):
                 func.count().label("n"),
                 func.count(TaskRunUnit.tenant_id.distinct()).label("tenants"),
                 func.min(TaskRunUnit.unit_key).label("first_key"),
-                func.array_agg(TaskRunUnit.tenant_id.distinct()).label("sample"),
+                tenants.label("sample"),
             )
-            .where(failed)
+            .where(
+                TaskRunUnit.task_run_id == run.id,
+                TaskRunUnit.status == UnitStatus.FAILED,
+                not_deleted(TaskRunUnit),
+            )
             .group_by(reason)
             .order_by(func.count().desc(), reason)
             .limit(limit)
@@ -91,33 +101,8 @@ class ErrorReads(LedgerBase):
                 row.example or "",
                 row.n,
                 row.tenants,
-                [t for t in row.sample if t is not None][:TENANT_SAMPLE],
+                _sample(row.sample),
                 row.first_key,
             )
             for row in self.session.execute(grouped)
         ]
-
-    def _error_groups_in_python(self, failed: Any, limit: int) -> list[ErrorGroup]:
-        # SQLite has no regexp_replace; the embedded database holds small fleets.
-        groups: dict[str, ErrorGroup] = {}
-        tenants: dict[str, set[int]] = defaultdict(set)
-        rows = self.session.execute(
-            select(TaskRunUnit.last_error, TaskRunUnit.tenant_id, TaskRunUnit.unit_key)
-            .where(failed)
-            .order_by(TaskRunUnit.id)
-        )
-        for last_error, tenant_id, unit_key in rows:
-            key = normalize_reason(last_error)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = ErrorGroup(key, last_error or "", 0, 0, [], unit_key)
-            group.count += 1
-            group.example = min(group.example, last_error or "")
-            group.first_key = min(group.first_key or unit_key, unit_key)
-            if tenant_id is not None:
-                tenants[key].add(tenant_id)
-        for key, group in groups.items():
-            group.tenants = len(tenants[key])
-            group.tenant_sample = sorted(tenants[key])[:TENANT_SAMPLE]
-        ordered = sorted(groups.values(), key=lambda g: (-g.count, g.reason))
-        return ordered[:limit]

@@ -10,11 +10,18 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from database import iso, utcnow
-from taskrunner.ledger.base import LedgerBase
-from taskrunner.ledger.records import ACTIVE
-from taskrunner.ledger.runs import InvalidCursor, Page, is_uuid
+from taskrunner.ledger.records import (
+    ACTIVE,
+    InvalidCursor,
+    Page,
+    is_uuid,
+    not_deleted,
+    page_of,
+    unit_dict,
+)
 from taskrunner.ledger.stale_rules import (
     joined_cutoffs,
     stale_in_running_runs,
@@ -26,8 +33,21 @@ from taskrunner.types import RunStatus, UnitStatus
 SEARCH_RECENT_RUNS = 500
 
 
-class FleetReads(LedgerBase):
+def _with_run(row: Any) -> dict[str, Any]:
+    """A unit of a history or a search, with its run: (unit, run uuid, type, run status)."""
+    unit, run_uuid, type_, run_status = row
+    return unit_dict(unit, None, run_uuid=run_uuid, type=type_, run_status=run_status)
+
+
+def _run_and_key(item: dict[str, Any]) -> str:
+    return f"{item['run_uuid']}/{item['unit_key']}"
+
+
+class FleetReads:
     """What operators read across every run."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
     # -- stale units across runs -------------------------------------------------------
 
@@ -42,23 +62,24 @@ class FleetReads(LedgerBase):
             .where(*stale_in_running_runs(cut))
         )
         if cursor:
-            stmt = stmt.where(TaskRunUnit.id > self._stale_cursor_id(cursor))
+            stmt = stmt.where(TaskRunUnit.id > self._unit_id_for_cursor(cursor))
         rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
-        more = len(rows) > limit
-        items = [
-            {
-                **self.unit_dict(unit, stale_reason),
-                "run_uuid": run_uuid,
-                "type": type_,
-                "heartbeat_at": iso(unit.heartbeat_at),
-                "queued_at": iso(unit.queued_at),
-            }
-            for unit, run_uuid, type_, stale_reason in rows[:limit]
-        ]
-        last = items[-1] if more and items else None
-        return Page(items, f"{last['run_uuid']}/{last['unit_key']}" if last else None)
 
-    def _stale_cursor_id(self, cursor: str) -> int:
+        def item(row: Any) -> dict[str, Any]:
+            unit, run_uuid, type_, reason = row
+            return unit_dict(
+                unit,
+                reason,
+                run_uuid=run_uuid,
+                type=type_,
+                heartbeat_at=iso(unit.heartbeat_at),
+                queued_at=iso(unit.queued_at),
+            )
+
+        return page_of(rows, limit, item, _run_and_key)
+
+    def _unit_id_for_cursor(self, cursor: str) -> int:
+        """The unit a ``run-uuid/unit-key`` cursor names."""
         run_uuid, _, unit_key = cursor.partition("/")
         if not is_uuid(run_uuid) or not unit_key:
             raise InvalidCursor("not a stale-units cursor")
@@ -98,30 +119,16 @@ class FleetReads(LedgerBase):
         stmt = (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
-            .where(TaskRunUnit.deleted_at.is_(None), TaskRun.deleted_at.is_(None))
+            .where(not_deleted(TaskRunUnit, TaskRun))
         )
         if unit_key is not None:
             stmt = stmt.where(TaskRunUnit.unit_key == unit_key[:191])
         else:
             stmt = stmt.where(TaskRunUnit.tenant_id == tenant_id)
         if cursor:
-            stmt = stmt.where(TaskRunUnit.id < self._history_cursor_id(cursor))
+            stmt = stmt.where(TaskRunUnit.id < self._unit_id_for_cursor(cursor))
         rows = self.session.execute(stmt.order_by(TaskRunUnit.id.desc()).limit(limit + 1)).all()
-        more = len(rows) > limit
-        items = [
-            {
-                **self.unit_dict(unit, None),
-                "run_uuid": run_uuid,
-                "type": type_,
-                "run_status": run_status,
-            }
-            for unit, run_uuid, type_, run_status in rows[:limit]
-        ]
-        last = items[-1] if more and items else None
-        return Page(items, f"{last['run_uuid']}/{last['unit_key']}" if last else None)
-
-    def _history_cursor_id(self, cursor: str) -> int:
-        return self._stale_cursor_id(cursor)
+        return page_of(rows, limit, _with_run, _run_and_key)
 
     @staticmethod
     def failure_streak(history: list[dict[str, Any]]) -> int:
@@ -178,9 +185,8 @@ class FleetReads(LedgerBase):
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
             .where(
                 TaskRunUnit.status.in_(ACTIVE),
-                TaskRunUnit.deleted_at.is_(None),
                 TaskRun.status == RunStatus.RUNNING,
-                TaskRun.deleted_at.is_(None),
+                not_deleted(TaskRunUnit, TaskRun),
             )
             .group_by(TaskRun.type, TaskRunUnit.status)
         ).all()
@@ -206,7 +212,7 @@ class FleetReads(LedgerBase):
                 .where(
                     TaskRun.uuid >= prefix,
                     TaskRun.uuid < prefix + "\x7f",
-                    TaskRun.deleted_at.is_(None),
+                    not_deleted(TaskRun),
                 )
                 .order_by(TaskRun.id.desc())
                 .limit(limit)
@@ -226,24 +232,12 @@ class FleetReads(LedgerBase):
             .where(
                 TaskRunUnit.unit_key >= prefix,
                 TaskRunUnit.unit_key < upper,
-                TaskRunUnit.deleted_at.is_(None),
-                TaskRun.deleted_at.is_(None),
+                not_deleted(TaskRunUnit, TaskRun),
             )
             .order_by(TaskRunUnit.unit_key, TaskRunUnit.id.desc())
             .limit(limit * 4)
         ).all()
-        items = []
-        for unit, run_uuid, type_, run_status in rows:
-            if unit.unit_key.startswith(prefix):
-                items.append(
-                    {
-                        **self.unit_dict(unit, None),
-                        "run_uuid": run_uuid,
-                        "type": type_,
-                        "run_status": run_status,
-                    }
-                )
-        return items[:limit]
+        return [_with_run(row) for row in rows if row[0].unit_key.startswith(prefix)][:limit]
 
     def search_errors(
         self, text_: str, limit: int = 20, recent_runs: int = SEARCH_RECENT_RUNS
@@ -261,7 +255,7 @@ class FleetReads(LedgerBase):
         # then walks only their failed units (an IN over a LIMIT made the planner scan all).
         bound = self.session.execute(
             select(TaskRun.id)
-            .where(TaskRun.deleted_at.is_(None))
+            .where(not_deleted(TaskRun))
             .order_by(TaskRun.id.desc())
             .offset(recent_runs - 1)
             .limit(1)
@@ -273,16 +267,13 @@ class FleetReads(LedgerBase):
             .where(
                 TaskRunUnit.task_run_id >= (bound or 0),
                 TaskRunUnit.status == UnitStatus.FAILED,
-                TaskRunUnit.deleted_at.is_(None),
+                not_deleted(TaskRunUnit),
                 func.lower(TaskRunUnit.last_error).like(f"%{escaped}%", escape="\\"),
             )
             .order_by(TaskRunUnit.task_run_id.desc(), TaskRunUnit.id)
             .limit(limit)
         ).all()
-        return [
-            {**self.unit_dict(unit, None), "run_uuid": run_uuid, "type": type_, "run_status": rs}
-            for unit, run_uuid, type_, rs in rows
-        ]
+        return [_with_run(row) for row in rows]
 
     def count_pending_of_type(self, type_: str) -> int:
         """Pending units of the running runs of one type (what a pause holds back)."""
@@ -294,6 +285,6 @@ class FleetReads(LedgerBase):
                 TaskRun.type == type_,
                 TaskRun.status == RunStatus.RUNNING,
                 TaskRunUnit.status == UnitStatus.PENDING,
-                TaskRunUnit.deleted_at.is_(None),
+                not_deleted(TaskRunUnit),
             )
         ).scalar_one()

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from database import IMMEDIATE
 from extensions import db
-from taskrunner.ledger.records import ACTIVE, RunInfo
+from taskrunner.ledger.records import ACTIVE, RunInfo, not_deleted
 from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.types import RunStatus, UnitStatus
 
@@ -41,7 +41,7 @@ GATE = (
         _units.c.id == bindparam("unit_id"),
         _units.c.dispatch_token == bindparam("token"),
         _units.c.status == str(UnitStatus.PENDING),
-        _units.c.deleted_at.is_(None),
+        not_deleted(_units.c),
         exists().where(
             _runs.c.id == _units.c.task_run_id,
             _runs.c.status == str(RunStatus.RUNNING),
@@ -96,7 +96,7 @@ ACTIVE_CHECK = (
         _units.c.task_run_id >= bindparam("run_id"),
         _units.c.task_run_id <= bindparam("run_id"),
         _units.c.status.in_(ACTIVE),
-        _units.c.deleted_at.is_(None),
+        not_deleted(_units.c),
     )
     .order_by(_units.c.task_run_id.desc(), _units.c.status.desc(), _units.c.id.desc())
     .limit(1)
@@ -110,7 +110,7 @@ COMPLETE_AND_LOOK_SQLITE = COMPLETE.returning(
     .where(
         _other.c.task_run_id == bindparam("run_id"),
         _other.c.status.in_(ACTIVE),
-        _other.c.deleted_at.is_(None),
+        not_deleted(_other.c),
         _other.c.id != bindparam("unit_id"),
     )
     .limit(1)
@@ -156,7 +156,10 @@ COMPLETE_AND_LOOK_FAST = text(_COMPLETE_AND_LOOK.format(fast=_ASYNC_COMMIT))
 GATE_FAST = GATE.where(func.set_config("synchronous_commit", "off", True) == "off")
 
 
-# out per transaction instead: kept, they would hold more than the pool has.
+# The worker's hot connection: a process worker's (its main thread's) is checked out
+# once (one pre-ping) and kept across units, so the two statements of a unit cost two
+# round trips. Thread workers (the I/O lane, many per process) check one out per
+# transaction instead: kept, they would hold more than the pool has.
 # PostgreSQL: autocommit, each statement is its own transaction. SQLite: every
 # transaction on it starts with BEGIN IMMEDIATE (it writes).
 _HOT = threading.local()

@@ -37,8 +37,7 @@ from sqlalchemy import case, extract, func, select
 from sqlalchemy.orm import Session
 
 from database import is_sqlite
-from taskrunner.ledger.records import ACTIVE
-from taskrunner.ledger.runs import RUN_STATUSES
+from taskrunner.ledger.records import ACTIVE, RUN_STATUSES
 from taskrunner.ledger.stale_rules import (
     NEVER_STARTED,
     RUNNING_TOO_LONG,

@@ -6,16 +6,21 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, select, update
+from sqlalchemy.orm import Session
 
 from database import iso, utcnow, write_transaction
-from taskrunner.ledger.base import LedgerBase
-from taskrunner.ledger.records import PruneReport
+from taskrunner.ledger.records import Actor, PruneReport
+from taskrunner.ledger.writes import Writes
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.types import TERMINAL_RUN
 
 
-class Pruning(LedgerBase):
+class Pruning:
     """Deleting terminal runs past their retention with their rows."""
+
+    def __init__(self, session: Session, writes: Writes) -> None:
+        self.session = session
+        self.writes = writes
 
     def prune(
         self,
@@ -99,22 +104,13 @@ class Pruning(LedgerBase):
                 return deleted
             deleted += len(chunk)
 
-    def record_prune(
-        self,
-        report: PruneReport,
-        older_than: datetime,
-        actor: str,
-        source: str,
-        address: str | None,
-    ) -> None:
+    def record_prune(self, report: PruneReport, older_than: datetime, actor: Actor) -> None:
         """What a prune deleted, as an operator action (it outlives the runs it names)."""
         with write_transaction(self.session):
-            self._record_action(
+            self.writes.record_action(
                 None,
                 "prune",
                 actor,
-                source,
-                address,
                 {
                     "runs": report.runs,
                     "units": report.units,

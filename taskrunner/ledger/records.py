@@ -1,14 +1,18 @@
-"""The plain values the ledger hands out, and the small helpers its writers share."""
+"""The plain values the ledger hands out, and the small helpers its parts share."""
 
 from __future__ import annotations
 
 import uuid as uuid_lib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from taskrunner.types import ACTIVE_UNIT, TaskUnit, UnitStatus
+from sqlalchemy import ColumnElement, and_
+
+from database import iso
+from taskrunner.models import TaskRunUnit
+from taskrunner.types import ACTIVE_UNIT, RunStatus, TaskUnit, UnitStatus
 
 UNIT_COLUMNS = (
     "task_run_id",
@@ -23,10 +27,75 @@ UNIT_COLUMNS = (
 )
 ACTIVE = tuple(str(s) for s in ACTIVE_UNIT)
 EXPIRED = "expired: drain horizon exceeded"
+RUN_STATUSES = tuple(str(s) for s in RunStatus)
+UNIT_STATUSES = tuple(str(s) for s in UnitStatus)
 
 
 def new_token() -> str:
     return uuid_lib.uuid4().hex
+
+
+def not_deleted(*models: Any) -> ColumnElement[bool]:
+    """Rows of these models that were not soft-deleted (a prune hides a run first)."""
+    return and_(*(model.deleted_at.is_(None) for model in models))
+
+
+def is_uuid(value: Any) -> bool:
+    """A uuid in its canonical, lower-case form (what the ledger stores)."""
+    try:
+        return str(uuid_lib.UUID(str(value))) == str(value).lower()
+    except (ValueError, AttributeError, TypeError):
+        return False
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asks for an operator action, and from where."""
+
+    name: str
+    source: str = "cli"
+    address: str | None = None
+
+
+CLI = Actor("cli")
+
+
+class InvalidCursor(ValueError):
+    """A cursor that does not name a row of this list."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[Any]
+    next_cursor: str | None
+
+
+def page_of(
+    rows: Sequence[Any],
+    limit: int,
+    item: Callable[[Any], Any],
+    cursor: Callable[[Any], str],
+) -> Page:
+    """A page of at most ``limit`` items from ``limit + 1`` rows; the cursor names the last
+    item when there is more."""
+    items = [item(row) for row in rows[:limit]]
+    return Page(items, cursor(items[-1]) if len(rows) > limit and items else None)
+
+
+def unit_dict(unit: TaskRunUnit, stale_reason: str | None, **extra: Any) -> dict[str, Any]:
+    """A unit as the pages and the JSON show it (README, "JSON output"), plus ``extra``."""
+    return {
+        "unit_key": unit.unit_key,
+        "tenant_id": unit.tenant_id,
+        "status": unit.status,
+        "attempts": unit.attempts,
+        "last_error": unit.last_error,
+        "started_at": iso(unit.started_at),
+        "finished_at": iso(unit.finished_at),
+        "stale": stale_reason is not None,
+        "stale_reason": stale_reason,
+        **extra,
+    }
 
 
 @dataclass(frozen=True, slots=True)

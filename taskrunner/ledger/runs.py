@@ -1,4 +1,5 @@
-"""Reads of runs and of one run: the run list, counts, units, events and actions.
+"""Reads of runs and of one run: the run list, counts, units, events and actions, and what
+the live pages probe.
 
 Every list is keyset-paginated (``id < cursor`` newest first, or ``id > cursor``
 within a run), so page 5,000 costs what page 1 costs. Cursors are opaque to
@@ -8,17 +9,25 @@ never after an internal id.
 
 from __future__ import annotations
 
-import uuid as uuid_lib
 from collections import defaultdict
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, literal, select
+from sqlalchemy.orm import Session
 
 from database import iso, utcnow
-from taskrunner.ledger.base import LedgerBase
-from taskrunner.ledger.records import ACTIVE
+from taskrunner.delivery import event_dict
+from taskrunner.ledger.records import (
+    ACTIVE,
+    UNIT_STATUSES,
+    InvalidCursor,
+    Page,
+    is_uuid,
+    not_deleted,
+    page_of,
+    unit_dict,
+)
 from taskrunner.ledger.stale_rules import (
     StaleCutoffs,
     paused_type_names,
@@ -28,35 +37,42 @@ from taskrunner.ledger.stale_rules import (
 )
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.registry import registry
-from taskrunner.types import RunStatus, UnitStatus
+from taskrunner.types import Refused, RunStatus
 
-RUN_STATUSES = tuple(str(s) for s in RunStatus)
-UNIT_STATUSES = tuple(str(s) for s in UnitStatus)
-
-
-class InvalidCursor(ValueError):
-    """A cursor that does not name a row of this list."""
+FAILED_RUN = (str(RunStatus.FAILED), str(RunStatus.COMPLETED_WITH_FAILURES))
+ATTENTION_WINDOW = timedelta(hours=24)
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    items: list[Any]
-    next_cursor: str | None
+def recently_failed(now: datetime | None = None) -> tuple[Any, ...]:
+    """The clause of runs that closed with failures in the last 24 h."""
+    since = (now or utcnow()) - ATTENTION_WINDOW
+    return (TaskRun.status.in_(FAILED_RUN), TaskRun.finished_at >= since, not_deleted(TaskRun))
 
 
-def is_uuid(value: Any) -> bool:
-    try:
-        return str(uuid_lib.UUID(str(value))) == str(value).lower()
-    except (ValueError, AttributeError, TypeError):
-        return False
-
-
-class RunReads(LedgerBase):
+class RunReads:
     """The run list and one run's pages."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def find_run(self, run_uuid: str) -> TaskRun | None:
+        """The run with this uuid (any case); None for a malformed or unknown one."""
+        lowered = str(run_uuid).lower()
+        if not is_uuid(lowered):
+            return None
+        return self.session.execute(
+            select(TaskRun).where(TaskRun.uuid == lowered, not_deleted(TaskRun))
+        ).scalar_one_or_none()
+
+    def get_run(self, run_uuid: str) -> TaskRun:
+        run = self.find_run(run_uuid)
+        if run is None:
+            raise Refused(f"no run {run_uuid}")
+        return run
 
     # -- run list --------------------------------------------------------------------
 
-    def run_id_for_cursor(self, cursor: str) -> int:
+    def _run_id_for_cursor(self, cursor: str) -> int:
         if not is_uuid(cursor):
             raise InvalidCursor("not a run cursor")
         found = self.session.execute(
@@ -69,50 +85,49 @@ class RunReads(LedgerBase):
     def runs_page(
         self,
         limit: int = 50,
+        cursor: str | None = None,
         type_: str | None = None,
         status: str | None = None,
-        cursor: str | None = None,
         failed_recently: bool = False,
     ) -> Page:
-        """Runs newest first; an unknown status or type is simply an empty page."""
-        stmt = select(TaskRun).where(TaskRun.deleted_at.is_(None))
+        """Runs newest first; an unknown status or type is simply an empty page.
+
+        Raises ``InvalidCursor``.
+        """
+        stmt = select(TaskRun).where(not_deleted(TaskRun))
         if failed_recently:
-            stmt = stmt.where(*self.recently_failed_runs())
+            stmt = stmt.where(*recently_failed())
         if type_:
             stmt = stmt.where(TaskRun.type == type_)
         if status:
             stmt = stmt.where(TaskRun.status == status)
         if cursor:
-            stmt = stmt.where(TaskRun.id < self.run_id_for_cursor(cursor))
+            stmt = stmt.where(TaskRun.id < self._run_id_for_cursor(cursor))
         rows = list(
             self.session.execute(stmt.order_by(TaskRun.id.desc()).limit(limit + 1)).scalars()
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return Page(rows, rows[-1].uuid if more and rows else None)
+        return page_of(rows, limit, lambda run: run, lambda run: run.uuid)
 
-    def run_types(self, current: str | None = None) -> list[str]:
+    @staticmethod
+    def run_types(current: str | None = None) -> list[str]:
         """Types for the filter: the registered ones (a DISTINCT over every run would grow)."""
         return sorted(set(registry.types()) | ({current} if current else set()))
 
     def live_counts(self, runs: list[TaskRun]) -> dict[int, dict[str, int]]:
         """Unit counts per run: one grouped query for the running ones, snapshots otherwise."""
-        counts: dict[int, dict[str, int]] = {}
         running = [run.id for run in runs if run.status == RunStatus.RUNNING]
         live: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(UNIT_STATUSES, 0))
         if running:
-            rows = self.session.execute(
+            for run_id, status, n in self.session.execute(
                 select(TaskRunUnit.task_run_id, TaskRunUnit.status, func.count())
-                .where(TaskRunUnit.task_run_id.in_(running), TaskRunUnit.deleted_at.is_(None))
+                .where(TaskRunUnit.task_run_id.in_(running), not_deleted(TaskRunUnit))
                 .group_by(TaskRunUnit.task_run_id, TaskRunUnit.status)
-            ).all()
-            for run_id, status, n in rows:
+            ):
                 live[run_id][status] = n
+        counts: dict[int, dict[str, int]] = {}
         for run in runs:
             if run.status == RunStatus.RUNNING:
-                by_status = live[run.id]
-                total = sum(by_status.values())
-                counts[run.id] = {"total": total, **by_status}
+                counts[run.id] = {"total": sum(live[run.id].values()), **live[run.id]}
             else:
                 counts[run.id] = {
                     "total": run.units_total,
@@ -136,7 +151,7 @@ class RunReads(LedgerBase):
             stale = self.session.execute(
                 select(func.count()).where(
                     TaskRunUnit.task_run_id == run.id,
-                    TaskRunUnit.deleted_at.is_(None),
+                    not_deleted(TaskRunUnit),
                     stale_filter(self._cutoffs_of(run, now)),
                 )
             ).scalar_one()
@@ -144,17 +159,14 @@ class RunReads(LedgerBase):
 
     # -- units of one run ------------------------------------------------------------
 
-    def unit_id_for_cursor(self, run: TaskRun, cursor: str) -> int:
-        found = self.session.execute(
-            select(TaskRunUnit.id).where(
-                TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.unit_key == cursor[:191],
-                TaskRunUnit.deleted_at.is_(None),
-            )
-        ).scalar_one_or_none()
-        if found is None:
-            raise InvalidCursor("the cursor names no unit of this run")
-        return found
+    def _units_of(self, run: TaskRun, now: datetime | None) -> tuple[Any, StaleCutoffs]:
+        """A select of the run's units with their stale reasons (only a running run's are)."""
+        cut = self._cutoffs_of(run, now)
+        reason = stale_reason(cut) if run.status == RunStatus.RUNNING else literal(None)
+        stmt = select(TaskRunUnit, reason.label("stale_reason")).where(
+            TaskRunUnit.task_run_id == run.id, not_deleted(TaskRunUnit)
+        )
+        return stmt, cut
 
     def run_units_page(
         self,
@@ -165,12 +177,11 @@ class RunReads(LedgerBase):
         cursor: str | None = None,
         now: datetime | None = None,
     ) -> Page:
-        """Units of a run in id order, as unit dicts, with their stale reasons as of ``now``."""
-        cut = self._cutoffs_of(run, now)
-        reason = stale_reason(cut) if run.status == RunStatus.RUNNING else literal(None)
-        stmt = select(TaskRunUnit, reason.label("stale_reason")).where(
-            TaskRunUnit.task_run_id == run.id, TaskRunUnit.deleted_at.is_(None)
-        )
+        """Units of a run in id order, as unit dicts, with their stale reasons as of ``now``.
+
+        Raises ``InvalidCursor``.
+        """
+        stmt, cut = self._units_of(run, now)
         if status:
             stmt = stmt.where(TaskRunUnit.status == status)
         if stale_only:
@@ -178,34 +189,35 @@ class RunReads(LedgerBase):
                 return Page([], None)
             stmt = stmt.where(stale_filter(cut))
         if cursor:
-            stmt = stmt.where(TaskRunUnit.id > self.unit_id_for_cursor(run, cursor))
+            found = self.session.execute(
+                select(TaskRunUnit.id).where(
+                    TaskRunUnit.task_run_id == run.id,
+                    TaskRunUnit.unit_key == cursor[:191],
+                    not_deleted(TaskRunUnit),
+                )
+            ).scalar_one_or_none()
+            if found is None:
+                raise InvalidCursor("the cursor names no unit of this run")
+            stmt = stmt.where(TaskRunUnit.id > found)
         rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
-        more = len(rows) > limit
-        items = [self.unit_dict(unit, stale_reason) for unit, stale_reason in rows[:limit]]
-        return Page(items, items[-1]["unit_key"] if more and items else None)
+        return page_of(rows, limit, lambda row: unit_dict(*row), lambda item: item["unit_key"])
 
     def find_unit(
         self, run: TaskRun, unit_key: str, now: datetime | None = None
     ) -> dict[str, Any] | None:
-        cut = self._cutoffs_of(run, now)
-        reason = stale_reason(cut) if run.status == RunStatus.RUNNING else literal(None)
-        row = self.session.execute(
-            select(TaskRunUnit, reason.label("stale_reason")).where(
-                TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.unit_key == unit_key[:191],
-                TaskRunUnit.deleted_at.is_(None),
-            )
-        ).first()
+        stmt, _cut = self._units_of(run, now)
+        row = self.session.execute(stmt.where(TaskRunUnit.unit_key == unit_key[:191])).first()
         if row is None:
             return None
-        unit, reason_text = row
-        return {
-            **self.unit_dict(unit, reason_text),
-            "queued_at": iso(unit.queued_at),
-            "heartbeat_at": iso(unit.heartbeat_at),
-            "stuck_notified_at": iso(unit.stuck_notified_at),
-            "created_at": iso(unit.created_at),
-        }
+        unit, reason = row
+        return unit_dict(
+            unit,
+            reason,
+            queued_at=iso(unit.queued_at),
+            heartbeat_at=iso(unit.heartbeat_at),
+            stuck_notified_at=iso(unit.stuck_notified_at),
+            created_at=iso(unit.created_at),
+        )
 
     def unit_events(self, run: TaskRun, unit_key: str, limit: int = 50) -> list[dict[str, Any]]:
         """Events of the run that name this unit (failures and stuck notices), newest first."""
@@ -219,20 +231,17 @@ class RunReads(LedgerBase):
             .order_by(OutboxEvent.id.desc())
             .limit(limit)
         ).scalars()
-        return [self._event_dict(row) for row in rows]
+        return [event_dict(row) for row in rows]
 
-    def run_events(
-        self,
-        run: TaskRun,
-        limit: int = 50,
-        cursor: int | None = None,
-        names: tuple[str, ...] | None = None,
-    ) -> list[dict[str, Any]]:
-        stmt = select(OutboxEvent).where(OutboxEvent.task_run_id == run.id)
-        if names:
-            stmt = stmt.where(OutboxEvent.name.in_(names))
-        rows = self.session.execute(stmt.order_by(OutboxEvent.id.desc()).limit(limit)).scalars()
-        return [self._event_dict(row) for row in rows]
+    def run_events(self, run: TaskRun, limit: int = 50) -> list[dict[str, Any]]:
+        """A run's events, newest first."""
+        rows = self.session.execute(
+            select(OutboxEvent)
+            .where(OutboxEvent.task_run_id == run.id)
+            .order_by(OutboxEvent.id.desc())
+            .limit(limit)
+        ).scalars()
+        return [event_dict(row) for row in rows]
 
     def run_actions(self, run: TaskRun, limit: int = 50) -> list[OperatorAction]:
         return list(
@@ -244,30 +253,14 @@ class RunReads(LedgerBase):
             ).scalars()
         )
 
-    @staticmethod
-    def unit_dict(unit: TaskRunUnit, stale_reason: str | None) -> dict[str, Any]:
-        return {
-            "unit_key": unit.unit_key,
-            "tenant_id": unit.tenant_id,
-            "status": unit.status,
-            "attempts": unit.attempts,
-            "last_error": unit.last_error,
-            "started_at": iso(unit.started_at),
-            "finished_at": iso(unit.finished_at),
-            "stale": stale_reason is not None,
-            "stale_reason": stale_reason,
-        }
-
     def count_events(self, name: str, run: TaskRun | None = None) -> int:
         stmt = select(func.count()).where(OutboxEvent.name == name)
         if run is not None:
             stmt = stmt.where(OutboxEvent.task_run_id == run.id)
         return self.session.execute(stmt).scalar_one()
 
-    # -- consumers' questions (through the contract) ------------------------------------
-
     def unit_in_flight(self, type_: str, unit_key: str) -> bool:
-        """Whether a unit with this key is pending or running in a running run of this type."""
+        """Whether a unit with this key is pending or running in a running run of ``type_``."""
         found = self.session.execute(
             select(literal(1))
             .select_from(TaskRunUnit)
@@ -275,7 +268,7 @@ class RunReads(LedgerBase):
             .where(
                 TaskRunUnit.unit_key == unit_key,
                 TaskRunUnit.status.in_(ACTIVE),
-                TaskRunUnit.deleted_at.is_(None),
+                not_deleted(TaskRunUnit),
                 TaskRun.type == type_,
                 TaskRun.status == RunStatus.RUNNING,
             )
@@ -283,6 +276,52 @@ class RunReads(LedgerBase):
         ).first()
         return found is not None
 
+    # -- what the live pages probe ---------------------------------------------------
 
-# The worker's hot connection: a process worker's (its main thread's) is checked out
-# once (one pre-ping) and kept across units, so the two statements of a unit cost two
+    def live_marker(self, run_ids: list[int]) -> str:
+        """What a live page compares to know that its runs moved: statuses and active units.
+
+        One query on the runs' primary keys and one index-only count over the active
+        units of the running ones (``ix_task_run_units_run_status``): a unit starting
+        or finishing changes it, without the hot path writing anything for the pages.
+        """
+        if not run_ids:
+            return "-"
+        runs = self.session.execute(
+            select(TaskRun.id, TaskRun.status, TaskRun.updated_at)
+            .where(TaskRun.id.in_(run_ids))
+            .order_by(TaskRun.id)
+        ).all()
+        running = [row.id for row in runs if row.status == RunStatus.RUNNING]
+        active: list[Any] = []
+        if running:
+            active = self.session.execute(
+                select(TaskRunUnit.task_run_id, TaskRunUnit.status, func.count())
+                .where(
+                    TaskRunUnit.task_run_id.in_(running),
+                    TaskRunUnit.status.in_(ACTIVE),
+                    not_deleted(TaskRunUnit),
+                )
+                .group_by(TaskRunUnit.task_run_id, TaskRunUnit.status)
+                .order_by(TaskRunUnit.task_run_id, TaskRunUnit.status)
+            ).all()
+        parts = [f"{row.id}:{row.status}:{row.updated_at.isoformat()}" for row in runs]
+        parts += [f"{run_id}/{status}={n}" for run_id, status, n in active]
+        return ";".join(parts)
+
+    def newest_run_id(self) -> int:
+        return self.session.execute(select(func.max(TaskRun.id))).scalar_one() or 0
+
+    def run_ids_of(self, uuids: list[str]) -> list[int]:
+        if not uuids:
+            return []
+        return list(
+            self.session.execute(select(TaskRun.id).where(TaskRun.uuid.in_(uuids))).scalars()
+        )
+
+    def run_state(self, run_id: int) -> tuple[str, datetime | None]:
+        """A run's status and finish time ("gone" once it is pruned)."""
+        row = self.session.execute(
+            select(TaskRun.status, TaskRun.finished_at).where(TaskRun.id == run_id)
+        ).one_or_none()
+        return (row.status, row.finished_at) if row else ("gone", None)

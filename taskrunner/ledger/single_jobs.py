@@ -1,22 +1,28 @@
-"""Single tracked jobs (SPEC §8): a run and its one unit, made on the first attempt."""
+"""Single tracked jobs (docs/operations.md): a run and its one unit, made on the first attempt."""
 
 from __future__ import annotations
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
 from taskrunner import events as ev
-from taskrunner.ledger.base import LedgerBase
-from taskrunner.ledger.records import ACTIVE, Claim, RunInfo, new_token
+from taskrunner.ledger.records import ACTIVE, Claim, RunInfo, new_token, not_deleted
+from taskrunner.ledger.transitions import owned
+from taskrunner.ledger.writes import Writes, lock_row
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.redaction import bounded
 from taskrunner.types import RunStatus, TaskUnit, UnitStatus
 
 
-class SingleJobs(LedgerBase):
+class SingleJobs:
     """Attempts of fire-and-forget Huey tasks that opted into the ledger."""
+
+    def __init__(self, session: Session, writes: Writes) -> None:
+        self.session = session
+        self.writes = writes
 
     def begin_single_attempt(
         self, type_: str, unit: TaskUnit, dispatch_uuid: str, initiator: str
@@ -30,7 +36,7 @@ class SingleJobs(LedgerBase):
         settled or was cancelled, so this delivery does nothing.
         """
         token = new_token()
-        with self._transition() as outbox:
+        with self.writes.transition() as outbox:
             now = utcnow()
             # Insert-or-select on the unique dispatch key: of two first attempts racing,
             # one inserts and the other waits for its commit, then finds that run.
@@ -51,10 +57,11 @@ class SingleJobs(LedgerBase):
                 .on_conflict_do_nothing(index_elements=[TaskRun.dispatch_uuid])
                 .returning(TaskRun.id)
             ).scalar_one_or_none()
-            run = self._lock_dispatch(dispatch_uuid)
+            # Found by its unique dispatch key (an index hit).
+            run = lock_row(self.session, TaskRun, TaskRun.dispatch_uuid == dispatch_uuid)
             if created is not None:
-                self._insert_units(run.id, [unit], token, now)
-                self._emit(outbox, ev.RunStarted(run.uuid, type_, initiator, 1), run.id)
+                self.writes.insert_units(run.id, [unit], token, now)
+                self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, 1), run.id)
             elif run.status != RunStatus.RUNNING:
                 return None
             row = self.session.execute(
@@ -62,7 +69,7 @@ class SingleJobs(LedgerBase):
                 .where(
                     TaskRunUnit.task_run_id == run.id,
                     TaskRunUnit.status.in_(ACTIVE),
-                    TaskRunUnit.deleted_at.is_(None),
+                    not_deleted(TaskRunUnit),
                 )
                 .values(
                     status=UnitStatus.RUNNING,
@@ -82,19 +89,12 @@ class SingleJobs(LedgerBase):
             info = RunInfo(run.id, run.uuid, run.type, dict(run.context or {}))
         return Claim(row.id, info, unit, row.attempts, token)
 
-    def _lock_dispatch(self, dispatch_uuid: str) -> TaskRun:
-        """Lock a single tracked job's run, found by its unique dispatch key (an index hit)."""
-        stmt = select(TaskRun).where(TaskRun.dispatch_uuid == dispatch_uuid)
-        if not is_sqlite(self.session):
-            stmt = stmt.with_for_update()
-        return self.session.execute(stmt.execution_options(populate_existing=True)).scalar_one()
-
     def release_attempt(self, claim: Claim, reason: str) -> bool:
         """An attempt failed and Huey will retry it: pending again, its reason kept."""
         now = utcnow()
         with write_transaction(self.session):
             result = self.session.execute(
-                self._owned(claim).values(
+                owned(claim).values(
                     status=UnitStatus.PENDING,
                     last_error=bounded(reason),
                     queued_at=now,
@@ -140,7 +140,7 @@ class SingleJobs(LedgerBase):
                 .where(
                     TaskRun.type == type_,
                     TaskRunUnit.unit_key == unit_key,
-                    TaskRun.deleted_at.is_(None),
+                    not_deleted(TaskRun),
                 )
                 .order_by(TaskRun.id)
             ).scalars()

@@ -1,10 +1,13 @@
-"""The stale rules (SPEC §10), defined once: the sweep, the pages and the API all use them.
+"""The stale rules (docs/operations.md), defined once: the sweep, the pages and the API use them.
 
 A unit is stale, with a reason an operator can read, when it is
 
 - running with a heartbeat older than three intervals: ``worker lost``;
 - running longer than its type's ``stuck_after_minutes``: ``running too long``;
 - pending long after its dispatch (its type not paused): ``never started``.
+
+The same rule judges any table of tracked work (``Tracked``: where it keeps its status
+and times): the course builder's steps are lost by it too (through the contract).
 
 ``stale_cutoffs`` turns the thresholds into moments before ``now`` for one type;
 ``cutoffs_by_type`` does the same as SQL that picks each unit's own type from a
@@ -26,7 +29,7 @@ from flask import current_app
 from sqlalchemy import and_, case, literal, or_, select
 from sqlalchemy.orm import Session
 
-from taskrunner.ledger.records import ACTIVE
+from taskrunner.ledger.records import not_deleted
 from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.registry import registry
 from taskrunner.types import RunStatus, UnitStatus
@@ -45,6 +48,25 @@ class StaleCutoffs:
     lost: Any
     too_long: Any
     never_started: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """Where a table of tracked work keeps what the stale rule reads: a status that is
+    ``running`` or ``waiting`` (not started yet), and when it started, was queued and (if
+    it keeps one) last beat."""
+
+    status: Any
+    started_at: Any
+    queued_at: Any
+    heartbeat_at: Any = None
+    running: str = str(UnitStatus.RUNNING)
+    waiting: str = str(UnitStatus.PENDING)
+
+
+UNITS = Tracked(
+    TaskRunUnit.status, TaskRunUnit.started_at, TaskRunUnit.queued_at, TaskRunUnit.heartbeat_at
+)
 
 
 def lost_cutoff(now: datetime) -> datetime:
@@ -117,38 +139,44 @@ def stale_in_running_runs(cut: StaleCutoffs) -> tuple[Any, ...]:
     what the badges, the stale page and the per-run counts show."""
     return (
         TaskRun.status == RunStatus.RUNNING,
-        TaskRun.deleted_at.is_(None),
-        TaskRunUnit.deleted_at.is_(None),
+        not_deleted(TaskRun, TaskRunUnit),
         stale_filter(cut),
     )
 
 
-def _rules(cut: StaleCutoffs) -> list[tuple[str, Any]]:
+def _rules(cut: StaleCutoffs, work: Tracked) -> list[tuple[str, Any]]:
     """(reason, condition) in the order they are tried: the first that holds names it."""
-    unit = TaskRunUnit
-    running = unit.status == UnitStatus.RUNNING
-    return [
-        (WORKER_LOST, and_(running, unit.heartbeat_at < cut.lost)),
-        (RUNNING_TOO_LONG, and_(running, unit.started_at < cut.too_long)),
-        (
-            NEVER_STARTED,
-            and_(unit.status == UnitStatus.PENDING, unit.queued_at < cut.never_started),
-        ),
-    ]
+    running = work.status == work.running
+    rules = [(RUNNING_TOO_LONG, and_(running, work.started_at < cut.too_long))]
+    if work.heartbeat_at is not None:
+        rules.insert(0, (WORKER_LOST, and_(running, work.heartbeat_at < cut.lost)))
+    waiting = and_(work.status == work.waiting, work.queued_at < cut.never_started)
+    return [*rules, (NEVER_STARTED, waiting)]
 
 
-def stale_reason(cut: StaleCutoffs) -> Any:
+def stale_reason(cut: StaleCutoffs, work: Tracked = UNITS) -> Any:
     """SQL for a unit's stale reason, or NULL when it is not stale."""
-    return case(*[(condition, literal(reason)) for reason, condition in _rules(cut)], else_=None)
+    rules = _rules(cut, work)
+    return case(*[(condition, literal(reason)) for reason, condition in rules], else_=None)
 
 
-def stale_filter(cut: StaleCutoffs) -> Any:
+def stale_filter(cut: StaleCutoffs, work: Tracked = UNITS) -> Any:
     """SQL true exactly when ``stale_reason(cut)`` is not NULL, in a form indexes serve.
 
     The explicit status clause lets the planner take the per-run status index or the
     partial index of active units rather than test every unit row.
     """
     return and_(
-        TaskRunUnit.status.in_(ACTIVE),
-        or_(*[condition for _, condition in _rules(cut)]),
+        work.status.in_((work.waiting, work.running)),
+        or_(*[condition for _, condition in _rules(cut, work)]),
+    )
+
+
+def lost_before(now: datetime, running_minutes: float, waiting_minutes: float) -> StaleCutoffs:
+    """Cutoffs of work that keeps no heartbeat: running longer than ``running_minutes``,
+    or waiting to start longer than ``waiting_minutes``."""
+    return StaleCutoffs(
+        lost=None,
+        too_long=now - timedelta(minutes=running_minutes),
+        never_started=now - timedelta(minutes=waiting_minutes),
     )

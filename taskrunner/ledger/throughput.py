@@ -1,17 +1,27 @@
-"""Units settled per minute: the roll-up (``unit_throughput``) and its reads."""
+"""Units settled per minute: the roll-up (``unit_throughput``) and its reads.
+
+Counting the units a busy hour settled from the unit rows themselves reads tens of
+thousands of rows per page view, so the periodic ``taskrunner.roll_throughput`` rolls
+each minute up once (``roll``, the only writer). The reads (``read``: the throughput
+strip of the run list, and ``finished_by_type``: the queues page) take rolled minutes
+from the roll-up and count the minutes after it live: a read never writes, and a
+roll-up that fell behind (no consumer ran the periodic task) only makes reads slower.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
-from taskrunner.ledger.base import LedgerBase
+from taskrunner.ledger.records import not_deleted
 from taskrunner.models import TaskRun, TaskRunUnit, UnitThroughput
 from taskrunner.types import RunStatus, UnitStatus
 
@@ -20,10 +30,79 @@ THROUGHPUT_KEEP = timedelta(hours=25)
 FINISHED_KEYS = ("completed_hour", "failed_hour", "completed_minute", "failed_minute")
 
 
-class ThroughputRollup(LedgerBase):
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    start: datetime
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Units finished per minute over the last hour and per hour over the last 24 h."""
+
+    now: datetime
+    minutes: list[Bucket]
+    hours: list[Bucket]
+
+    @property
+    def last_hour(self) -> tuple[int, int]:
+        return sum(b.completed for b in self.minutes), sum(b.failed for b in self.minutes)
+
+    @property
+    def last_day(self) -> tuple[int, int]:
+        return sum(b.completed for b in self.hours), sum(b.failed for b in self.hours)
+
+
+def _buckets(counts: dict[datetime, list[int]], last: datetime, step: timedelta, n: int):
+    return [
+        Bucket(start, *counts.get(start, (0, 0)))
+        for start in (last - step * (n - 1 - i) for i in range(n))
+    ]
+
+
+class ThroughputRollup:
     """The per-minute roll-up of settled units, and what the console reads of it."""
 
-    def roll_throughput(self, now: datetime | None = None) -> int:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def read(self, now: datetime | None = None) -> Throughput:
+        """Units completed and failed per minute (last hour) and per hour (last 24 h).
+
+        Rolled minutes come from the roll-up, at most 1,440 summary rows; the minutes
+        after the last roll are counted live from the units.
+        """
+        now = (now or utcnow()).replace(second=0, microsecond=0)
+        end = now + timedelta(minutes=1)
+        day_start = end - timedelta(hours=24)
+        rolled_to = self.last_rolled_minute()
+        per_minute: dict[datetime, list[int]] = defaultdict(lambda: [0, 0])
+        if rolled_to is not None:
+            for minute, completed, failed in self.session.execute(
+                select(
+                    UnitThroughput.minute,
+                    func.sum(UnitThroughput.completed),
+                    func.sum(UnitThroughput.failed),
+                )
+                .where(UnitThroughput.minute >= day_start, UnitThroughput.minute <= rolled_to)
+                .group_by(UnitThroughput.minute)
+            ):
+                per_minute[minute] = [int(completed), int(failed)]
+        live_from = max(day_start, rolled_to + timedelta(minutes=1)) if rolled_to else day_start
+        for minute, _type, status, n in self.settled_in(live_from, end):
+            per_minute[minute][0 if status == UnitStatus.COMPLETED else 1] += n
+        by_hour: dict[datetime, list[int]] = defaultdict(lambda: [0, 0])
+        for at, (done, failed) in per_minute.items():
+            by_hour[at.replace(minute=0)][0] += done
+            by_hour[at.replace(minute=0)][1] += failed
+        return Throughput(
+            now=now,
+            minutes=_buckets(per_minute, now, timedelta(minutes=1), 60),
+            hours=_buckets(by_hour, now.replace(minute=0), timedelta(hours=1), 24),
+        )
+
+    def roll(self, now: datetime | None = None) -> int:
         """Roll up the minutes that ended since the last roll; return how many.
 
         A minute is rolled once it ended ``THROUGHPUT_GRACE`` ago (a unit's finish time is
@@ -75,7 +154,7 @@ class ThroughputRollup(LedgerBase):
         else:
             minute = func.strftime("%Y-%m-%d %H:%M:00", TaskRunUnit.finished_at)
         recent_runs = select(TaskRun.id).where(
-            TaskRun.deleted_at.is_(None),
+            not_deleted(TaskRun),
             or_(TaskRun.status == RunStatus.RUNNING, TaskRun.finished_at >= start),
         )
         rows = self.session.execute(
@@ -87,7 +166,7 @@ class ThroughputRollup(LedgerBase):
                 TaskRunUnit.status.in_((str(UnitStatus.COMPLETED), str(UnitStatus.FAILED))),
                 TaskRunUnit.finished_at >= start,
                 TaskRunUnit.finished_at < end,
-                TaskRunUnit.deleted_at.is_(None),
+                not_deleted(TaskRunUnit),
             )
             .group_by(minute, TaskRun.type, TaskRunUnit.status)
         ).all()
@@ -104,7 +183,7 @@ class ThroughputRollup(LedgerBase):
     def finished_by_type(self, now: datetime) -> dict[str, Any]:
         """Per type: units completed and failed in the last rolled minute and the 60 before.
 
-        Read from the per-minute roll-up (``ledger.roll_throughput``, every minute), so
+        Read from the per-minute roll-up (``roll``, every minute), so
         the cost does not grow with how busy the hour was. ``as_of`` is the end of the
         last rolled minute (None: nothing rolled yet).
         """

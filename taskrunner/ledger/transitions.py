@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy import select, tuple_, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
 
 from database import utcnow, write_transaction
 from taskrunner import events as ev
-from taskrunner.ledger.base import LedgerBase
 from taskrunner.ledger.driver_sql import first_row, runs_on_driver
 from taskrunner.ledger.hot import (
     ACTIVE_CHECK,
@@ -38,15 +38,34 @@ from taskrunner.ledger.records import (
     Settled,
     chunks,
     new_token,
+    not_deleted,
     redispatched,
 )
+from taskrunner.ledger.writes import Writes
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.redaction import bounded
 from taskrunner.types import RunStatus, TaskUnit, UnitStatus
 
 
-class Transitions(LedgerBase):
+def owned(claim: Claim):
+    """An update of the unit ``claim`` holds: running under the claim's token."""
+    return (
+        update(TaskRunUnit)
+        .where(
+            TaskRunUnit.id == claim.unit_id,
+            TaskRunUnit.dispatch_token == claim.token,
+            TaskRunUnit.status == UnitStatus.RUNNING,
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+class Transitions:
     """Starting a run, executing its units, and closing it when none is left."""
+
+    def __init__(self, session: Session, writes: Writes) -> None:
+        self.session = session
+        self.writes = writes
 
     # -- starting a run ------------------------------------------------------------
 
@@ -60,7 +79,7 @@ class Transitions(LedgerBase):
     ) -> Dispatch:
         """Insert the run and all its units in one transaction (bulk, in chunks)."""
         token = new_token()
-        with self._transition() as outbox:
+        with self.writes.transition() as outbox:
             now = utcnow()
             run = TaskRun(
                 type=type_,
@@ -75,10 +94,10 @@ class Transitions(LedgerBase):
             self.session.flush()
             total = 0
             for chunk in chunks(units, chunk_size):
-                self._insert_units(run.id, chunk, token, now)
+                self.writes.insert_units(run.id, chunk, token, now)
                 total += len(chunk)
             run.units_total = total
-            self._emit(outbox, ev.RunStarted(run.uuid, type_, initiator, total), run.id)
+            self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, total), run.id)
             dispatch = Dispatch(run.id, run.uuid, type_, token, total)
         return dispatch
 
@@ -102,15 +121,15 @@ class Transitions(LedgerBase):
 
     def fail_undispatched(self, run_id: int, reason: str) -> None:
         """The wedge guard: dispatch broke after commit, so nothing pending may stay."""
-        with self._transition() as outbox:
-            self._lock_run(run_id)
+        with self.writes.transition() as outbox:
+            self.writes.lock_run(run_id)
             now = utcnow()
             self.session.execute(
                 update(TaskRunUnit)
                 .where(
                     TaskRunUnit.task_run_id == run_id,
                     TaskRunUnit.status == UnitStatus.PENDING,
-                    TaskRunUnit.deleted_at.is_(None),
+                    not_deleted(TaskRunUnit),
                 )
                 .values(
                     status=UnitStatus.FAILED,
@@ -119,7 +138,7 @@ class Transitions(LedgerBase):
                     updated_at=now,
                 )
             )
-            self._close_if_done(run_id, outbox)
+            self.writes.close_if_done(run_id, outbox)
 
     # -- executing a unit ----------------------------------------------------------
 
@@ -195,17 +214,17 @@ class Transitions(LedgerBase):
         return result.rowcount == 1
 
     def fail(self, claim: Claim, reason: str) -> bool:
-        with self._transition() as outbox:
+        with self.writes.transition() as outbox:
             now = utcnow()
             reason = bounded(reason)
             result = self.session.execute(
-                self._owned(claim).values(
+                owned(claim).values(
                     status=UnitStatus.FAILED, finished_at=now, updated_at=now, last_error=reason
                 )
             )
             if result.rowcount != 1:
                 return False
-            self._emit(
+            self.writes.emit(
                 outbox,
                 ev.UnitFailed(
                     claim.run.uuid,
@@ -218,13 +237,6 @@ class Transitions(LedgerBase):
                 claim.run.id,
             )
         return True
-
-    def record_attempt_error(self, claim: Claim, reason: str) -> None:
-        """A single tracked job failed an attempt that Huey will retry: keep the reason."""
-        with write_transaction(self.session):
-            self.session.execute(
-                self._owned(claim).values(last_error=bounded(reason), updated_at=utcnow())
-            )
 
     def hand_back(self, unit_id: int, token: str) -> tuple[str, str] | None:
         """A unit whose worker is stopping goes back to pending with a new token.
@@ -273,18 +285,6 @@ class Transitions(LedgerBase):
                 .execution_options(synchronize_session=False)
             )
 
-    @staticmethod
-    def _owned(claim: Claim):
-        return (
-            update(TaskRunUnit)
-            .where(
-                TaskRunUnit.id == claim.unit_id,
-                TaskRunUnit.dispatch_token == claim.token,
-                TaskRunUnit.status == UnitStatus.RUNNING,
-            )
-            .execution_options(synchronize_session=False)
-        )
-
     # -- finalization --------------------------------------------------------------
 
     def has_active_units(self, run_id: int) -> bool:
@@ -297,10 +297,10 @@ class Transitions(LedgerBase):
         """Close the run if no unit is pending or running; return the status it closed with."""
         if self.has_active_units(run_id):
             return None
-        with self._transition() as outbox:
-            if self._lock_run(run_id) is None:
+        with self.writes.transition() as outbox:
+            if self.writes.lock_run(run_id) is None:
                 return None  # pruned: a late job of a deleted run has nothing to close
-            return self._close_if_done(run_id, outbox)
+            return self.writes.close_if_done(run_id, outbox)
 
     def live_unit_tokens(self, pairs: Iterable[tuple[int, str]]) -> set[tuple[int, str]]:
         """Which (unit id, dispatch token) pairs still name an active unit's current job."""

@@ -18,9 +18,9 @@ from werkzeug.serving import make_server
 
 from accounts.permissions import PERMISSIONS
 from accounts.services import create_user
-from coursebuilder import service as builder
+from coursebuilder import stages
 from coursebuilder.models import GenerationStep
-from coursebuilder.service import find_run
+from coursebuilder.stages import find_run
 from database import write_transaction
 from demo.seed import finished_sweep, seed_tenants
 from extensions import db
@@ -84,7 +84,7 @@ def served(app):
 
 def run_status(app, run_uuid: str) -> str:
     with app.app_context():
-        status = ledger.get_run(run_uuid).status
+        status = ledger.runs.get_run(run_uuid).status
         ledger.session.remove()
         return status
 
@@ -181,7 +181,7 @@ def failed_build(app) -> str:
     """A build whose first stage failed (no builder consumer runs here: failed by hand)."""
     with app.app_context():
         tenant = db.session.execute(select(func.min(Tenant.id))).scalar_one()
-        run_uuid = builder.start(
+        run_uuid = stages.start(
             tenant, "Tides and currents", lessons=2, quizzes=0, concurrency=1, initiator="cli"
         )
         # Consumers write to the same SQLite file meanwhile: a transaction that read before
@@ -194,7 +194,7 @@ def failed_build(app) -> str:
                 )
             ).scalar_one()
             step.status = "running"
-        builder._fail_run(step.run_id, step.id, "step outline/outline-1 failed: quota exceeded")
+        stages.fail_run(step.run_id, step.id, "step outline/outline-1 failed: quota exceeded")
         db.session.remove()
     return run_uuid
 
@@ -287,12 +287,12 @@ def test_an_operator_on_call_finds_what_failed_retries_it_and_watches_it_finish_
     audit(page, "run-detail-finished")
     assert run_status(app, run_uuid) == "completed_with_failures"
     with app.app_context():
-        run = ledger.get_run(run_uuid)
-        failed = ledger.run_units_page(run, status="failed").items
+        run = ledger.runs.get_run(run_uuid)
+        failed = ledger.runs.run_units_page(run, status="failed").items
         assert {u["unit_key"]: u["attempts"] for u in failed} == {
             f"probe-{i}": 2 for i in (5, 7, 10, 14, 15, 20, 21)
         }
-        [action] = ledger.run_actions(run)
+        [action] = ledger.runs.run_actions(run)
         assert (action.action, action.actor, action.source) == (
             "retry",
             "operator@example.com",

@@ -97,8 +97,8 @@ def test_an_operator_on_call_uses_workers_queues_search_and_a_group_retry(
     page.wait_for_selector("text=Retrying 3 units.")
     wait_for(lambda: run_status(app, failing) != "running", timeout=60, message="the retry")
     with app.app_context():
-        run = ledger.get_run(failing)
-        failed = ledger.run_units_page(run, status="failed").items
+        run = ledger.runs.get_run(failing)
+        failed = ledger.runs.run_units_page(run, status="failed").items
         assert {u["unit_key"]: u["attempts"] for u in failed} == {
             "probe-5": 2,
             "probe-10": 2,
@@ -119,7 +119,7 @@ def test_an_operator_on_call_uses_workers_queues_search_and_a_group_retry(
     # The periodic per-minute roll-up, run here rather than waited for: the minute now
     # running included (past its grace), so the page shows the counts of the runs above.
     with app.app_context():
-        assert ledger.roll_throughput(utcnow() + timedelta(minutes=1) + THROUGHPUT_GRACE) > 0
+        assert ledger.throughput.roll(utcnow() + timedelta(minutes=1) + THROUGHPUT_GRACE) > 0
     page.goto(f"{served}/backoffice/queues")
     assert "not rolled up yet" not in page.inner_text("main")
     tasks = page.locator("table.queues tbody tr", has=page.locator("th", has_text="tasks"))

@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 
 from accounts.permissions import PERMISSIONS
 from accounts.services import create_user, set_password
-from coursebuilder import service as builder
+from coursebuilder import stages as builder
 from coursebuilder.models import GenerationRun, GenerationStep
 from database import write_transaction
 from extensions import db
@@ -70,16 +70,16 @@ def long_values(app) -> dict[str, str]:
         tenant = tenants.create(LONG_NAME).id
         tenants.create("Acme")
         keys = [LONG_KEY, "tenant-2", "tenant-3"]
-        dispatch = ledger.create_run(
+        dispatch = ledger.transitions.create_run(
             "diagnostics.probe", {"units": 3}, "cli", [TaskUnit(k, tenant) for k in keys], 1000
         )
-        for unit_id in ledger.dispatch_batch(dispatch, 0, len(keys) + 1):
-            claim = ledger.claim(unit_id, dispatch.token)
+        for unit_id in ledger.transitions.dispatch_batch(dispatch, 0, len(keys) + 1):
+            claim = ledger.transitions.claim(unit_id, dispatch.token)
             if claim.unit.key == "tenant-3":
-                ledger.complete(claim)
+                ledger.transitions.complete(claim)
             else:
-                ledger.fail(claim, "vendor refused the statement")
-        ledger.finalize(dispatch.run_id)
+                ledger.transitions.fail(claim, "vendor refused the statement")
+        ledger.transitions.finalize(dispatch.run_id)
         # Stored reasons are cut to 500 characters; a page still meets longer ones (rows
         # written before that rule, or by a deployment's own code).
         with write_transaction(db.session):
@@ -95,7 +95,7 @@ def long_values(app) -> dict[str, str]:
                 select(GenerationStep).where(GenerationStep.run_id == run_id).limit(1)
             ).scalar_one()
             step.status = "running"
-        builder._fail_run(run_id, step.id, "step failed")
+        builder.fail_run(run_id, step.id, "step failed")
         with write_transaction(db.session):
             db.session.execute(
                 update(GenerationRun)
@@ -185,7 +185,7 @@ def test_an_operator_is_led_from_the_front_door_and_kept_in_place(app, served, c
         create_user(EMAIL, PASSWORD, PERMISSIONS)
         create_user("builder@example.com", PASSWORD, ["course-builder.runs.view"])
         tenant = tenants.create("Acme").id
-        run = ledger.create_run(
+        run = ledger.transitions.create_run(
             "diagnostics.probe", {"units": 2}, "cli", [TaskUnit("a", tenant), TaskUnit("b")], 100
         ).run_uuid
         db.session.remove()
@@ -229,7 +229,9 @@ def test_an_operator_is_led_from_the_front_door_and_kept_in_place(app, served, c
     # A form posted after the session ended elsewhere (a password change): sign-in says so,
     # and signing in returns to the page the form was on, not to its action.
     with app.app_context():
-        run = ledger.create_run("diagnostics.probe", {}, "cli", [TaskUnit("c")], 100).run_uuid
+        run = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "cli", [TaskUnit("c")], 100
+        ).run_uuid
         db.session.remove()
     page.goto(f"{served}/backoffice/task-runs/{run}")
     with app.app_context():

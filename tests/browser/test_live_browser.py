@@ -60,7 +60,9 @@ def streams_asked(server: LiveServer, run: str) -> int:
 def test_the_live_region_says_when_updates_stopped_and_why(app, server, chromium, tmp_path):
     with app.app_context():
         create_user(EMAIL, PASSWORD, PERMISSIONS)
-        run = ledger.create_run("diagnostics.probe", {}, "cli", [TaskUnit("a")], 100).run_uuid
+        run = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "cli", [TaskUnit("a")], 100
+        ).run_uuid
         db.session.remove()
     web = server[0]
     browser = chromium.new_context(viewport=DESKTOP)

@@ -119,7 +119,7 @@ def test_failing_runs_leave_no_secret_anywhere_and_refs_find_the_log_line(
     assert started.returncode == 0, started.stderr
     run_uuid = started.stdout.decode().strip().splitlines()[-1]
     with app.app_context():
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         assert run.status == RunStatus.COMPLETED_WITH_FAILURES, started.stderr
         vendor = db.session.execute(
             select(TaskRunUnit.unit_key, TaskRunUnit.last_error).where(
@@ -164,12 +164,12 @@ def leaky_run_on_the_consumers() -> dict[str, set[str]]:
 
     def closed():
         db.session.rollback()
-        run = ledger.get_run(handle.uuid)
+        run = ledger.runs.get_run(handle.uuid)
         return run if run.status != RunStatus.RUNNING else None
 
     run = wait_for(closed, timeout=120, message="the leaky run to close")
     assert (run.status, run.units_failed) == (RunStatus.FAILED, 3)
-    reasons = {u["last_error"] for u in ledger.run_units_page(run).items}
+    reasons = {u["last_error"] for u in ledger.runs.run_units_page(run).items}
     requests = set(
         db.session.execute(
             select(AsyncRequest.reason).where(AsyncRequest.kind == REQUEST_KIND)

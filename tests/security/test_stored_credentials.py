@@ -71,9 +71,9 @@ def every_row() -> str:
 def test_no_table_keeps_a_credential_and_the_reason_stays_readable(leaked):
     app, run_uuid, _token, _subscriber = leaked
     with app.app_context():
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         assert (run.status, run.units_failed) == ("failed", 2)
-        reasons = {u["last_error"] for u in ledger.run_units_page(run).items}
+        reasons = {u["last_error"] for u in ledger.runs.run_units_page(run).items}
         request_reasons = set(
             db.session.execute(
                 select(AsyncRequest.reason).where(AsyncRequest.kind == REQUEST_KIND)

@@ -139,8 +139,10 @@ def test_a_redirected_forward_fails_its_document_instead_of_reporting_it_forward
             stored = db.session.execute(
                 select(Document).where(Document.uuid == document.uuid)
             ).scalar_one()
-            [run] = ledger.single_runs("documents.forward_to_provider", f"document-{document.uuid}")
-            [unit] = ledger.run_units_page(run).items
+            [run] = ledger.single_jobs.single_runs(
+                "documents.forward_to_provider", f"document-{document.uuid}"
+            )
+            [unit] = ledger.runs.run_units_page(run).items
 
     assert stored.status != FORWARDED and stored.provider_reference is None
     assert (run.status, unit["status"]) == ("failed", "failed")

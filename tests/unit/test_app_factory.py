@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from taskrunner import events, tenant_scope
 from taskrunner.contract import bind_tenant_context, register, subscribe
 from taskrunner.redaction import scrub
@@ -117,3 +119,23 @@ def test_a_flask_command_makes_the_instance_key_once_and_the_next_app_reads_it(t
     assert len(key) == 64
 
     assert fresh_process(env, cwd=tmp_path)["secret_key"] == key
+
+
+def test_a_deployments_own_modules_register_their_types_in_every_app_the_factory_builds(
+    make_app,
+):
+    """``TASKLEDGER_EXTRA_MODULES`` is the factory's: the web, the CLI and the consumers
+    (which all build the app with it) know the same task types."""
+    app = make_app(TASKLEDGER_EXTRA_MODULES="tests.ops_types")
+    assert {"ops.slow", "ops.throttled"} <= set(registry_of(app).types())
+
+    started = app.test_cli_runner().invoke(
+        args=["tasks", "start", "ops.slow", "--context", '{"units": 0}']
+    )
+    assert started.exit_code == 0, started.output
+    assert "ops.slow" not in registry_of(make_app()).types()
+
+
+def test_a_deployments_module_that_cannot_be_imported_is_named(make_app):
+    with pytest.raises(ValueError, match="TASKLEDGER_EXTRA_MODULES: cannot import 'nowhere.tasks'"):
+        make_app(TASKLEDGER_EXTRA_MODULES="tests.ops_types, nowhere.tasks")

@@ -1,4 +1,9 @@
-"""The task runner depends on nothing that depends on it."""
+"""The task runner depends on nothing that depends on it.
+
+Nothing here is a list kept by hand: the packages and their imports are read from the
+tree, and an import inside a function counts as much as one at the top of a module
+(deferring an import is how a cycle hides).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CONSUMERS = {
-    "payments",
-    "documents",
-    "coursebuilder",
-    "asyncrequests",
-    "tenancy",
-    "dlp",
-    "diagnostics",
-    "accounts",
-    "blueprints",
-    "demo",
-}
+# The runner itself, its Huey wiring, the app factory that composes them, and the
+# harness and benchmarks that start its consumers as ``flask workers`` does.
+RUNNER_SIDE = {"taskrunner", "tasks", "app", "harness", "bench"}
+RUNNER = {"taskrunner", "tasks"}
+NOT_THE_HOUSE = {"tests", "migrations"}
 
 
 def imported_packages(path: Path) -> set[str]:
+    """The top-level packages a module imports, anywhere in it."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names = set()
     for node in ast.walk(tree):
@@ -31,27 +30,92 @@ def imported_packages(path: Path) -> set[str]:
     return names
 
 
+def top_level_packages(root: Path = ROOT) -> dict[str, list[Path]]:
+    """Every package and top-level module of the house, with its files."""
+    found: dict[str, list[Path]] = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts
+        if parts[0] in NOT_THE_HOUSE or parts[0].startswith("."):
+            continue
+        if len(parts) > 1 and not (root / parts[0] / "__init__.py").is_file():
+            continue  # a folder of scripts or data, not a package (deploy/, docs/)
+        name = parts[0].removesuffix(".py")
+        if name.isidentifier():
+            found.setdefault(name, []).append(path)
+    return found
+
+
+def consumers(root: Path = ROOT) -> set[str]:
+    """The packages outside the runner that use it: any of their modules imports it."""
+    return {
+        name
+        for name, paths in top_level_packages(root).items()
+        if name not in RUNNER_SIDE and any(imported_packages(p) & RUNNER for p in paths)
+    }
+
+
+def test_the_consumers_are_read_from_the_tree():
+    found = consumers()
+    # Every package whose modules import the contract is one, whoever added it.
+    assert {"payments", "coursebuilder", "blueprints", "demo", "diagnostics"} <= found
+    assert not found & RUNNER_SIDE
+
+
 def test_the_task_runner_and_its_huey_wiring_import_no_consumer_module():
     """Domain packages declare their own jobs and schedules through the contract: the
     runner names none of them, not even inside a function."""
+    found = consumers()
     offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_packages(path) & CONSUMERS)
-        for package in ("taskrunner", "tasks")
+        str(path.relative_to(ROOT)): sorted(imported_packages(path) & found)
+        for package in RUNNER
         for path in (ROOT / package).rglob("*.py")
-        if imported_packages(path) & CONSUMERS
+        if imported_packages(path) & found
     }
     assert offenders == {}
 
 
+def test_the_huey_wiring_imports_nothing_of_the_runner():
+    """``tasks`` is the Huey wiring and nothing more: the runner uses it, never the reverse,
+    at any depth."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tasks").rglob("*.py")
+        if "taskrunner" in imported_packages(path)
+    ]
+    assert offenders == []
+
+
+def test_no_domain_or_web_module_imports_huey():
+    """Huey is the runner's business: its wiring (``tasks``) and the runner itself."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for name, paths in top_level_packages().items()
+        if name not in RUNNER_SIDE
+        for path in paths
+        if "huey" in imported_packages(path)
+    ]
+    assert offenders == []
+
+
+def test_the_consumers_found_in_a_tree_are_its_packages_that_use_the_runner(tmp_path):
+    (tmp_path / "invoices").mkdir()
+    (tmp_path / "invoices" / "__init__.py").write_text("")
+    (tmp_path / "invoices" / "sweep.py").write_text(
+        "def start():\n    from taskrunner.contract import start_run\n"
+    )
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "__init__.py").write_text("import json\n")
+    (tmp_path / "taskrunner").mkdir()
+    (tmp_path / "taskrunner" / "__init__.py").write_text("import shared\n")
+    assert consumers(tmp_path) == {"invoices"}
+
+
 def test_the_boundary_check_sees_a_forbidden_import(tmp_path):
     module = tmp_path / "bad.py"
-    module.write_text("from payments.statements import TYPE\nimport tenancy.context\n")
-    assert imported_packages(module) & CONSUMERS == {"payments", "tenancy"}
-
-
-# The runner itself, its Huey wiring, the app factory that composes them, and the
-# harness and benchmarks that start its consumers as ``flask workers`` does.
-RUNNER_SIDE = {"taskrunner", "tasks", "app", "harness", "bench"}
+    module.write_text(
+        "from payments.statements import TYPE\ndef f():\n    import tenancy.context\n"
+    )
+    assert imported_packages(module) & consumers() == {"payments", "tenancy"}
 
 
 def project_modules() -> dict[str, Path]:

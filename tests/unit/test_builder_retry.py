@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from coursebuilder import service
+from coursebuilder import stages
+from coursebuilder import steps as builder_steps
 from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
 from tests.unit.test_builder_service import add_tenant, events_of, run_of, steps_of
@@ -22,7 +23,7 @@ def heal(run: GenerationRun) -> None:
 def failed_build() -> GenerationRun:
     add_tenant()
     run = run_of(
-        service.start(
+        stages.start(
             1, "Tides", lessons=3, quizzes=0, concurrency=1, fake={"fail_steps": ["lesson-2"]}
         )
     )
@@ -38,7 +39,7 @@ def test_a_failed_build_resumes_from_its_failed_stage_and_finishes(inline_ctx):
     first_output = lesson_1.output
     heal(run)
 
-    stage, queued = service.retry(run.uuid, actor="ops@example.com")
+    stage, queued = stages.retry(run.uuid, actor="ops@example.com")
 
     assert (stage, queued) == ("lessons", 2)  # lesson-2 (failed) and lesson-3 (skipped)
     run = run_of(run.uuid)
@@ -58,7 +59,7 @@ def test_a_failed_build_resumes_from_its_failed_stage_and_finishes(inline_ctx):
 def test_a_retried_build_that_fails_again_is_failed_again(inline_ctx):
     run = failed_build()
 
-    service.retry(run.uuid)
+    stages.retry(run.uuid)
 
     run = run_of(run.uuid)
     assert run.status == "failed"
@@ -69,24 +70,24 @@ def test_a_retried_build_that_fails_again_is_failed_again(inline_ctx):
 @pytest.mark.parametrize("state", ["running", "completed"])
 def test_only_a_failed_build_can_be_retried(ctx, state):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0))  # queue left undrained
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0))  # queue left undrained
     if state == "completed":
         db.session.execute(
             update(GenerationRun).where(GenerationRun.id == run.id).values(status="completed")
         )
         db.session.commit()
-    with pytest.raises(service.BuilderError, match=f"is {state}; only a failed run"):
-        service.retry(run.uuid)
+    with pytest.raises(stages.BuilderError, match=f"is {state}; only a failed run"):
+        stages.retry(run.uuid)
 
 
 def test_a_step_job_queued_before_the_failure_does_nothing_after_it(ctx):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=3, quizzes=0, concurrency=2))
+    run = run_of(stages.start(1, "Tides", lessons=3, quizzes=0, concurrency=2))
     queued = [s.id for s in steps_of(run).values() if s.status == "queued"]
-    service._fail_run(run.id, None, "dispatch failed: queue down")
+    stages.fail_run(run.id, None, "dispatch failed: queue down")
     assert {s.status for s in steps_of(run_of(run.uuid)).values()} == {"skipped"}
 
-    service.execute_step(queued[0])
+    builder_steps.execute_step(queued[0])
 
     step = db.session.execute(
         select(GenerationStep).where(GenerationStep.id == queued[0])

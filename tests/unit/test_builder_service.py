@@ -7,13 +7,16 @@ import json
 import pytest
 from sqlalchemy import select, update
 
-from coursebuilder import service
+from coursebuilder import stages
+from coursebuilder import steps as builder_steps
 from coursebuilder.llm import FakeDriver
 from coursebuilder.models import GenerationEvent, GenerationRun, GenerationStep
 from extensions import db
 from live import topics as live
+from taskrunner.jobs import GATE_PAUSES
 from tenancy.models import Tenant
 from tests.support import huey_stop_interrupt, see_logs
+from tests.unit.test_ledger_edges import gate_breaks
 
 
 def add_tenant(tenant_id: int = 1) -> None:
@@ -49,7 +52,7 @@ def steps_of(run: GenerationRun) -> dict[str, GenerationStep]:
 
 def test_a_run_without_quizzes_closes_that_stage_in_the_transaction_that_opens_it(inline_ctx):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=2, quizzes=0, concurrency=2))
+    run = run_of(stages.start(1, "Tides", lessons=2, quizzes=0, concurrency=2))
 
     assert (run.status, run.stage) == ("completed", "done")
     kinds = [(e.kind, e.stage) for e in events_of(run) if e.kind != "STEP_FINISHED"]
@@ -82,7 +85,7 @@ def test_a_run_without_quizzes_closes_that_stage_in_the_transaction_that_opens_i
 
 def test_each_step_prompt_builds_on_the_stage_before(inline_ctx):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=1, concurrency=1))
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=1, concurrency=1))
     steps = steps_of(run)
     assert run.status == "completed"
     assert steps["outline-1"].output in steps["lesson-1"].output
@@ -92,7 +95,7 @@ def test_each_step_prompt_builds_on_the_stage_before(inline_ctx):
 def test_a_failed_step_fails_the_run_and_nothing_after_it_runs(inline_ctx):
     add_tenant()
     run = run_of(
-        service.start(
+        stages.start(
             1, "Tides", lessons=3, quizzes=1, concurrency=1, fake={"fail_steps": ["lesson-2"]}
         )
     )
@@ -117,7 +120,7 @@ def test_a_vendor_error_leaves_only_its_class_name_in_the_reason(inline_ctx, mon
 
     monkeypatch.setattr(FakeDriver, "complete", leak)
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0))
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0))
 
     assert see_logs(r"builtins\.RuntimeError", "step outline/outline-1 failed: ").fullmatch(
         run.failure_reason
@@ -133,7 +136,7 @@ def test_a_step_whose_code_calls_sys_exit_fails_its_run(inline_ctx, monkeypatch)
 
     monkeypatch.setattr(FakeDriver, "complete", exits)
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0))
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0))
 
     assert run.status == "failed"
     assert see_logs(r"builtins\.SystemExit", "step outline/outline-1 failed: ").fullmatch(
@@ -150,33 +153,33 @@ def test_a_stop_masked_by_a_library_error_is_a_stop_not_a_failed_step(ctx, monke
 
     monkeypatch.setattr(FakeDriver, "complete", stopped_mid_call)
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
 
     with pytest.raises(KeyboardInterrupt):  # so that Huey fires SIGNAL_INTERRUPTED
-        service.execute_step(steps_of(run)["outline-1"].id)
+        builder_steps.execute_step(steps_of(run)["outline-1"].id)
 
     run = run_of(run.uuid)
     assert (run.status, run.failure_reason) == ("running", None)
-    assert service.hand_back(steps_of(run)["outline-1"].id) is True
+    assert builder_steps.hand_back(steps_of(run)["outline-1"].id) is True
 
 
 def test_the_window_claims_at_most_concurrency_steps_and_enqueues_them(ctx):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=5, quizzes=0, concurrency=2))
+    run = run_of(stages.start(1, "Tides", lessons=5, quizzes=0, concurrency=2))
     builder = ctx.extensions["queues"].huey("builder")
 
     assert sorted(s.status for s in steps_of(run).values()) == ["pending"] * 3 + ["queued"] * 2
     assert builder.pending_count() == 2
-    assert service.dispatch_window(run.id) == 0
+    assert stages.dispatch_window(run.id) == 0
     assert builder.pending_count() == 2
 
 
 def test_a_duplicate_or_late_step_job_changes_nothing(ctx):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
     step = steps_of(run)["outline-1"]
-    service.execute_step(step.id)  # the real job: runs, completes, advances
-    service.execute_step(step.id)  # a redelivery of it
+    builder_steps.execute_step(step.id)  # the real job: runs, completes, advances
+    builder_steps.execute_step(step.id)  # a redelivery of it
 
     run = run_of(run.uuid)
     assert steps_of(run)["outline-1"].attempts == 1
@@ -186,7 +189,7 @@ def test_a_duplicate_or_late_step_job_changes_nothing(ctx):
 
 def test_an_interrupted_step_is_handed_back_to_the_queue(ctx):
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
     step = steps_of(run)["outline-1"]
     db.session.execute(
         update(GenerationStep).where(GenerationStep.id == step.id).values(status="running")
@@ -195,19 +198,19 @@ def test_an_interrupted_step_is_handed_back_to_the_queue(ctx):
     builder = ctx.extensions["queues"].huey("builder")
     builder.flush()
 
-    assert service.hand_back(step.id) is True
+    assert builder_steps.hand_back(step.id) is True
     assert steps_of(run_of(run.uuid))["outline-1"].status == "queued"
     assert builder.pending_count() == 1
-    assert service.hand_back(step.id) is False
+    assert builder_steps.hand_back(step.id) is False
 
 
 def test_each_commit_moves_the_live_key(ctx):
     add_tenant()
-    run_uuid = service.start(1, "Tides", lessons=1, quizzes=0, concurrency=1)
-    first = live.version(service.live_topic(run_uuid))
+    run_uuid = stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1)
+    first = live.version(stages.live_topic(run_uuid))
     assert first != "0"
-    service.execute_step(steps_of(run_of(run_uuid))["outline-1"].id)
-    assert live.version(service.live_topic(run_uuid)) != first
+    builder_steps.execute_step(steps_of(run_of(run_uuid))["outline-1"].id)
+    assert live.version(stages.live_topic(run_uuid)) != first
 
 
 @pytest.mark.parametrize(
@@ -224,8 +227,8 @@ def test_each_commit_moves_the_live_key(ctx):
 def test_start_refuses_bad_requests_with_a_clear_message(ctx, kwargs, message):
     add_tenant()
     args = {"tenant_id": 1, "title": "Tides", **kwargs}
-    with pytest.raises(service.BuilderError, match=message):
-        service.start(args.pop("tenant_id"), args.pop("title"), **args)
+    with pytest.raises(stages.BuilderError, match=message):
+        stages.start(args.pop("tenant_id"), args.pop("title"), **args)
     assert db.session.execute(select(GenerationRun)).first() is None
 
 
@@ -308,7 +311,7 @@ def test_recover_queues_again_steps_whose_worker_or_job_was_lost(ctx):
     from datetime import timedelta
 
     add_tenant()
-    run = run_of(service.start(1, "Tides", lessons=4, quizzes=0, concurrency=3))
+    run = run_of(stages.start(1, "Tides", lessons=4, quizzes=0, concurrency=3))
     steps = steps_of(run)
     now = steps["outline-1"].queued_at + timedelta(minutes=60)
     db.session.execute(
@@ -330,7 +333,7 @@ def test_recover_queues_again_steps_whose_worker_or_job_was_lost(ctx):
     builder = ctx.extensions["queues"].huey("builder")
     builder.flush()
 
-    assert service.recover(now) == 2
+    assert builder_steps.recover(now) == 2
     steps = steps_of(run_of(run.uuid))
     assert {k: s.status for k, s in steps.items()} == {
         "outline-1": "queued",
@@ -339,7 +342,7 @@ def test_recover_queues_again_steps_whose_worker_or_job_was_lost(ctx):
         "outline-4": "pending",
     }
     assert builder.pending_count() == 2
-    assert service.recover(now) == 0
+    assert builder_steps.recover(now) == 0
 
 
 def test_a_queue_that_is_down_fails_the_run_and_says_so(make_app):
@@ -355,3 +358,50 @@ def test_a_queue_that_is_down_fails_the_run_and_says_so(make_app):
         assert "dispatch failed: unhandled redis.exceptions.ConnectionError" in result.stderr
         run = db.session.execute(select(GenerationRun)).scalar_one()
         assert run.status == "failed" and run.failure_reason.startswith("dispatch failed")
+
+
+def is_step_gate(statement: str) -> bool:
+    return statement.lstrip().startswith("UPDATE builder_steps") and "attempts" in statement
+
+
+@pytest.mark.parametrize("times", [1, len(GATE_PAUSES)], ids=["once", "every try"])
+def test_a_database_error_at_a_steps_gate_is_retried_and_the_step_never_lost(ctx, times):
+    """The step's claim is the runner's gate: retried at once after a lost connection,
+    else the job goes back to the queue; the step is never left queued with no job."""
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+    huey = ctx.extensions["queues"].huey("builder")
+    job = huey.dequeue()
+
+    with gate_breaks(times, statement=is_step_gate) as broken:
+        huey.execute(job)
+
+    assert len(broken) == times, "the step's gate was never reached"
+    if times == len(GATE_PAUSES):  # never reachable: back in the queue, still queued
+        [again] = huey.scheduled()
+        assert again.id == job.id
+        assert steps_of(run_of(run.uuid))["outline-1"].status == "queued"
+        again.eta = None
+        huey.execute(again)
+    step = steps_of(run_of(run.uuid))["outline-1"]
+    assert (step.status, step.attempts) == ("completed", 1)
+
+
+def test_a_consumer_stopping_mid_step_hands_the_step_back_through_its_job(ctx, monkeypatch):
+    """Huey's stop interrupts the step job; the job's own ``on_stop`` queues the step
+    again with a new job (no signal handler of the builder's own)."""
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+    huey = ctx.extensions["queues"].huey("builder")
+    job = huey.dequeue()
+
+    def stopped(self, prompt):
+        raise huey_stop_interrupt()
+
+    monkeypatch.setattr(FakeDriver, "complete", stopped)
+    huey.execute(job)
+
+    step = steps_of(run_of(run.uuid))["outline-1"]
+    assert (step.status, step.attempts, run_of(run.uuid).status) == ("queued", 1, "running")
+    [again] = huey.pending()
+    assert again.args == (step.id,) and again.id != job.id

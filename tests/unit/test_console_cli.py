@@ -26,10 +26,10 @@ def start(cli, context: dict) -> str:
 
 def failed_keys(app, run_uuid: str) -> dict[str, int]:
     with app.app_context():
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         return {
             u["unit_key"]: u["attempts"]
-            for u in ledger.run_units_page(run, status="failed", limit=100).items
+            for u in ledger.runs.run_units_page(run, status="failed", limit=100).items
         }
 
 
@@ -84,15 +84,15 @@ def test_pause_and_resume_a_type_from_the_cli(app, cli):
     assert again.exit_code == 0 and "already paused" in again.stdout
     run_uuid = start(cli, {"units": 3})
     with app.app_context():
-        assert ledger.is_paused("diagnostics.probe")
+        assert ledger.actions.is_paused("diagnostics.probe")
 
     resumed = cli.invoke(args=["tasks", "resume", "diagnostics.probe"])
 
     assert resumed.exit_code == 0, resumed.stderr
     assert "3 waiting units dispatched" in resumed.stdout
     with app.app_context():
-        assert not ledger.is_paused("diagnostics.probe")
-        assert ledger.get_run(run_uuid).status == "running"
+        assert not ledger.actions.is_paused("diagnostics.probe")
+        assert ledger.runs.get_run(run_uuid).status == "running"
     unknown = cli.invoke(args=["tasks", "pause", "no.such.type"])
     assert (unknown.exit_code, unknown.stderr.count("\n")) == (1, 1)
     assert "not registered" in unknown.stderr

@@ -23,7 +23,7 @@ from tests.web.backoffice_support import finished_run
 
 def units_of(run_uuid: str) -> dict[str, TaskRunUnit]:
     db.session.rollback()
-    run = ledger.get_run(run_uuid)
+    run = ledger.runs.get_run(run_uuid)
     rows = db.session.execute(select(TaskRunUnit).where(TaskRunUnit.task_run_id == run.id))
     return {u.unit_key: u for u in rows.scalars()}
 
@@ -40,14 +40,14 @@ def test_a_paused_types_units_stay_pending_without_a_try_and_continue_on_resume(
     assert {u.status for u in units.values()} == {"pending"}
     assert {u.attempts for u in units.values()} == {0}
     assert controlled.executions == {}
-    assert ledger.get_run(handle.uuid).status == "running"
+    assert ledger.runs.get_run(handle.uuid).status == "running"
 
     assert runner.resume(controlled.type()) == 3
 
     units = units_of(handle.uuid)
     assert {u.status for u in units.values()} == {"completed"}
     assert {u.attempts for u in units.values()} == {1}
-    assert ledger.get_run(handle.uuid).status == "completed"
+    assert ledger.runs.get_run(handle.uuid).status == "completed"
     actions = db.session.execute(select(OperatorAction.action, OperatorAction.detail)).all()
     assert [(a, d.get("type")) for a, d in actions] == [
         ("pause", controlled.type()),
@@ -59,7 +59,7 @@ def test_a_paused_types_units_stay_pending_without_a_try_and_continue_on_resume(
 def test_a_paused_unit_is_not_expired_past_its_drain_horizon(ctx, controlled):
     handle = runner.start(controlled.type(), {"units": 2}, "test")
     runner.pause(controlled.type())
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     unit = units_of(handle.uuid)["k1"]
     old = utcnow() - timedelta(hours=100)
     db.session.execute(update(TaskRunUnit).values(queued_at=old))
@@ -67,13 +67,13 @@ def test_a_paused_unit_is_not_expired_past_its_drain_horizon(ctx, controlled):
 
     # Its job dequeued after the horizon, and the periodic sweep: neither fails it.
     run_unit.call_local(run.id, unit.id, unit.dispatch_token, time.time() - 1, controlled.type())
-    assert ledger.expire_beyond_horizon() == []
-    ledger.mark_stuck()
+    assert ledger.sweeps.expire_beyond_horizon() == []
+    ledger.sweeps.mark_stuck()
 
     assert {u.status for u in units_of(handle.uuid).values()} == {"pending"}
     runner.resume(controlled.type())
     # Once resumed, the horizon is a fresh one: the sweep still leaves them be.
-    assert ledger.expire_beyond_horizon() == []
+    assert ledger.sweeps.expire_beyond_horizon() == []
 
 
 def test_the_gate_refuses_a_paused_type_and_a_job_from_before_the_resume_does_nothing(
@@ -84,14 +84,16 @@ def test_the_gate_refuses_a_paused_type_and_a_job_from_before_the_resume_does_no
     old_token = unit.dispatch_token
     runner.pause(controlled.type())
 
-    assert ledger.claim(unit.id, old_token) is None
-    assert ledger.pending_with(unit.id, old_token) is False
+    assert ledger.transitions.claim(unit.id, old_token) is None
+    assert ledger.transitions.pending_with(unit.id, old_token) is False
 
     runner.resume(controlled.type())
-    assert ledger.claim(unit.id, old_token) is None  # superseded by the resume's dispatch
+    assert (
+        ledger.transitions.claim(unit.id, old_token) is None
+    )  # superseded by the resume's dispatch
     new_token = units_of(handle.uuid)["k1"].dispatch_token
     assert new_token != old_token
-    claim = ledger.claim(unit.id, new_token)
+    claim = ledger.transitions.claim(unit.id, new_token)
     assert claim is not None and claim.attempts == 1
 
 
@@ -108,8 +110,8 @@ def test_a_group_retry_takes_only_that_groups_failed_units(inline_ctx, controlle
         (_ for _ in ()).throw(ConnectionError("db")) if (unit.key == "k3") else None
     )
     handle = runner.start(controlled.type(), {"units": 4}, "test")
-    run = ledger.get_run(handle.uuid)
-    groups = {g.reason: g for g in ledger.error_groups(run)}
+    run = ledger.runs.get_run(handle.uuid)
+    groups = {g.reason: g for g in ledger.errors.error_groups(run)}
     assert set(groups) == {"unit k# broke", next(r for r in groups if r.startswith("unhandled"))}
     assert groups["unit k# broke"].kind == "domain"
     vendor = next(g for g in groups.values() if g.kind == "vendor")
@@ -117,7 +119,7 @@ def test_a_group_retry_takes_only_that_groups_failed_units(inline_ctx, controlle
 
     controlled.failing.clear()
     controlled.during = None
-    assert ledger.count_retryable(run, True, reason="unit k# broke") == 2
+    assert ledger.actions.count_retryable(run, True, reason="unit k# broke") == 2
     assert runner.retry(handle.uuid, failed_only=True, reason="unit k# broke") == 2
 
     units = units_of(handle.uuid)
@@ -215,7 +217,7 @@ def test_the_throughput_roll_up_counts_each_minute_once_and_marks_quiet_ones(ctx
     finished = {"a": now - timedelta(minutes=3), "b": now - timedelta(minutes=3)}
     finished |= {"c": now - timedelta(minutes=1), "d": now - timedelta(hours=2)}
     run_uuid = finished_run(controlled.type(), list(finished), {"b": "broke", "c": "broke"})
-    run = ledger.get_run(run_uuid)
+    run = ledger.runs.get_run(run_uuid)
     for key, at in finished.items():
         db.session.execute(
             update(TaskRunUnit)
@@ -225,11 +227,11 @@ def test_the_throughput_roll_up_counts_each_minute_once_and_marks_quiet_ones(ctx
     db.session.execute(update(TaskRun).where(TaskRun.id == run.id).values(finished_at=now))
     db.session.commit()
 
-    assert ledger.roll_throughput(now) == 25 * 60
-    assert ledger.roll_throughput(now) == 0  # nothing new: no minute counted twice
+    assert ledger.throughput.roll(now) == 25 * 60
+    assert ledger.throughput.roll(now) == 0  # nothing new: no minute counted twice
 
     # The last rolled minute ended 30 s before ``now``: it is the one of unit c.
-    counts = ledger.finished_by_type(now)
+    counts = ledger.throughput.finished_by_type(now)
     assert counts["as_of"] == now.replace(second=0)
     assert counts["types"] == {
         controlled.type(): {
@@ -242,8 +244,8 @@ def test_the_throughput_roll_up_counts_each_minute_once_and_marks_quiet_ones(ctx
     rows = db.session.execute(select(UnitThroughput)).scalars().all()
     assert sum(r.completed + r.failed for r in rows) == 4  # d is older than an hour, kept
     # A minute later, only that minute is rolled; a day later, old rows are forgotten.
-    assert ledger.roll_throughput(now + timedelta(minutes=1)) == 1
-    ledger.roll_throughput(now + timedelta(hours=30))
+    assert ledger.throughput.roll(now + timedelta(minutes=1)) == 1
+    ledger.throughput.roll(now + timedelta(hours=30))
     db.session.rollback()
     oldest = db.session.execute(select(func.min(UnitThroughput.minute))).scalar_one()
     assert oldest >= now + timedelta(hours=5) - timedelta(minutes=1)
@@ -252,12 +254,14 @@ def test_the_throughput_roll_up_counts_each_minute_once_and_marks_quiet_ones(ctx
 def test_a_paused_types_waiting_units_are_not_reported_never_started(ctx, controlled):
     handle = runner.start(controlled.type(), {"units": 2}, "test")
     later = utcnow() + timedelta(hours=5)  # past "never started", inside the drain horizon
-    run = ledger.get_run(handle.uuid)
-    assert ledger.run_counts(run, later)["stale"] == 2  # lost by the queue, as far as anyone knows
+    run = ledger.runs.get_run(handle.uuid)
+    assert (
+        ledger.runs.run_counts(run, later)["stale"] == 2
+    )  # lost by the queue, as far as anyone knows
 
     runner.pause(controlled.type())
 
-    assert ledger.run_counts(run, later)["stale"] == 0
-    assert ledger.stale_units_page(now=later).items == []
-    assert ledger.mark_stuck(now=later) == 0
-    assert ledger.count_events("tasks.unit.stuck") == 0
+    assert ledger.runs.run_counts(run, later)["stale"] == 0
+    assert ledger.fleet.stale_units_page(now=later).items == []
+    assert ledger.sweeps.mark_stuck(now=later) == 0
+    assert ledger.runs.count_events("tasks.unit.stuck") == 0

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from extensions import db
-from taskrunner import events, runner
+from taskrunner import delivery, events, runner
 from taskrunner.contract import TaskReportableError
 from taskrunner.ledger import ledger
 from taskrunner.models import EventDelivery
@@ -41,14 +41,14 @@ def drain() -> None:
 
 def fresh_run(run_uuid: str):
     db.session.rollback()
-    return ledger.get_run(run_uuid)
+    return ledger.runs.get_run(run_uuid)
 
 
 def test_refused_events_do_not_hold_up_newer_ones_at_the_relay(ctx, controlled, monkeypatch):
     refusing, received = Refuses(), []
     events.subscribe("tasks.unit.failed", refusing)
     events.subscribe("tasks.run.completed", received.append)
-    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    monkeypatch.setattr(delivery, "deliver", lambda outbox: None)
     controlled.failing = {"k1", "k2", "k3", "k4"}
     runner.start("tests.controlled", {"units": 4}, "test")
     drain()  # four tasks.unit.failed, older than the completion below
@@ -58,7 +58,7 @@ def test_refused_events_do_not_hold_up_newer_ones_at_the_relay(ctx, controlled, 
     monkeypatch.undo()
 
     for _ in range(5):  # five passes of a relay that takes three events at a time
-        ledger.relay_events(older_than_seconds=0, limit=3)
+        delivery.relay(older_than_seconds=0, limit=3)
 
     assert [e["payload"]["run_uuid"] for e in received] == [done.uuid]
 
@@ -79,13 +79,13 @@ def test_a_subscriber_that_exits_refuses_and_the_relay_pass_still_commits(
     received, exits = Counter(), Exits()
     events.subscribe("tasks.run.completed", lambda event: received.update([event["id"]]))
     events.subscribe("tasks.run.completed", exits)
-    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    monkeypatch.setattr(delivery, "deliver", lambda outbox: None)
     runner.start("tests.controlled", {"units": 1}, "test")
     drain()
     monkeypatch.undo()
 
     for _ in range(3):  # the event is marked delivered once: the one before never sees it again
-        ledger.relay_events(older_than_seconds=0)
+        delivery.relay(older_than_seconds=0)
 
     assert list(received.values()) == [1]
     [refused] = db.session.execute(select(EventDelivery)).scalars()
@@ -95,14 +95,14 @@ def test_a_subscriber_that_exits_refuses_and_the_relay_pass_still_commits(
 def test_a_consumer_stop_inside_a_subscriber_still_reaches_huey(ctx, controlled, monkeypatch):
     exits = Exits()
     events.subscribe("tasks.run.completed", exits)
-    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    monkeypatch.setattr(delivery, "deliver", lambda outbox: None)
     runner.start("tests.controlled", {"units": 1}, "test")
     drain()
     monkeypatch.undo()
     exits.stop = huey_stop_interrupt()
 
     with pytest.raises(KeyboardInterrupt):
-        ledger.relay_events(older_than_seconds=0)
+        delivery.relay(older_than_seconds=0)
 
 
 def test_a_subscriber_that_took_an_event_never_gets_it_again_when_another_refuses(
@@ -116,14 +116,14 @@ def test_a_subscriber_that_took_an_event_never_gets_it_again_when_another_refuse
         runner.start("tests.controlled", {"units": 1}, "test")
         drain()
         for _ in range(3):
-            ledger.relay_events(older_than_seconds=0)
+            delivery.relay(older_than_seconds=0)
 
         assert list(taking.values()) == [1]
         assert refusing.took == []
         refusing.broken = False
-        ledger.relay_events(older_than_seconds=0)
+        delivery.relay(older_than_seconds=0)
         assert len(refusing.took) == 1 and list(taking.values()) == [1]
-        assert ledger.relay_events(older_than_seconds=0) == 0
+        assert delivery.relay(older_than_seconds=0) == 0
 
 
 def test_a_refused_delivery_waits_for_its_backoff(make_app, controlled):
@@ -135,7 +135,7 @@ def test_a_refused_delivery_waits_for_its_backoff(make_app, controlled):
         drain()
         refusing.broken = False
 
-        assert ledger.relay_events(older_than_seconds=0) == 0  # not due for ten minutes
+        assert delivery.relay(older_than_seconds=0) == 0  # not due for ten minutes
         assert refusing.took == []
 
 
@@ -149,12 +149,12 @@ def test_a_delivery_refused_too_often_is_parked_shown_and_redelivered_by_an_oper
         events.subscribe("tasks.run.completed", refusing)
         handle = runner.start("tests.controlled", {"units": 1}, "test")
         drain()  # refusal 1, by the owner
-        assert ledger.relay_events(older_than_seconds=0) == 1  # refusal 2
-        assert ledger.relay_events(older_than_seconds=0) == 1  # refusal 3: parked
-        assert ledger.relay_events(older_than_seconds=0) == 0  # parked: the relay leaves it
+        assert delivery.relay(older_than_seconds=0) == 1  # refusal 2
+        assert delivery.relay(older_than_seconds=0) == 1  # refusal 3: parked
+        assert delivery.relay(older_than_seconds=0) == 0  # parked: the relay leaves it
         [event] = [
             e
-            for e in ledger.run_events(fresh_run(handle.uuid), limit=200)
+            for e in ledger.runs.run_events(fresh_run(handle.uuid), limit=200)
             if e["name"].endswith("completed")
         ]
 

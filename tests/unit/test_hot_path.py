@@ -56,14 +56,14 @@ def test_a_unit_that_is_not_the_last_costs_two_transactions_and_no_checkout(ctx,
     huey.execute(jobs[3])
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 4)
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
 
 
 @pytest.mark.parametrize("round_", range(12))
 def test_the_last_units_settled_together_close_the_run_exactly_once(ctx, controlled, round_):
     size = 2 + round_ % 3
     handle = runner.start("tests.controlled", {"units": size}, "test")
-    claims = [ledger.claim(job.args[1], job.args[2]) for job in queued_jobs(size)]
+    claims = [ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs(size)]
     release_hot_connection()
     barrier = threading.Barrier(size)
     app, errors = ctx, []
@@ -87,14 +87,14 @@ def test_the_last_units_settled_together_close_the_run_exactly_once(ctx, control
     assert errors == []
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", size)
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
 
 
 def test_a_look_that_meets_a_unit_being_written_sends_the_worker_to_finalize(ctx, controlled):
     if db.engine.dialect.name != "postgresql":
         pytest.skip("row locks and SKIP LOCKED are PostgreSQL's; SQLite has one writer")
     handle = runner.start("tests.controlled", {"units": 2}, "test")
-    first, second = (ledger.claim(job.args[1], job.args[2]) for job in queued_jobs(2))
+    first, second = (ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs(2))
     other = create_engine(db.engine.url)
     try:
         with other.connect() as conn:
@@ -103,34 +103,34 @@ def test_a_look_that_meets_a_unit_being_written_sends_the_worker_to_finalize(ctx
                 text("UPDATE task_run_units SET status = 'completed' WHERE id = :id"),
                 {"id": second.unit_id},
             )
-            outcome = ledger.complete_and_look(first)
+            outcome = ledger.transitions.complete_and_look(first)
             assert (outcome.settled, outcome.maybe_last) == (True, True)
             # Its finalize looks after the commit: the second unit still runs for it.
-            assert ledger.finalize(first.run.id) is None
+            assert ledger.transitions.finalize(first.run.id) is None
             conn.rollback()
     finally:
         other.dispose()
-    outcome = ledger.complete_and_look(second)
+    outcome = ledger.transitions.complete_and_look(second)
     assert (outcome.settled, outcome.maybe_last) == (True, True)
-    assert ledger.finalize(second.run.id) == "completed"
+    assert ledger.transitions.finalize(second.run.id) == "completed"
     assert fresh_run(handle.uuid).status == "completed"
 
 
 def test_a_look_that_finds_an_active_unit_leaves_the_run_to_it(ctx, controlled):
     handle = runner.start("tests.controlled", {"units": 3}, "test")
-    claims = [ledger.claim(job.args[1], job.args[2]) for job in queued_jobs(3)]
+    claims = [ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs(3)]
 
-    first = ledger.complete_and_look(claims[0])
-    second = ledger.complete_and_look(claims[1])
-    again = ledger.complete_and_look(claims[1])  # a duplicate of a settled completion
+    first = ledger.transitions.complete_and_look(claims[0])
+    second = ledger.transitions.complete_and_look(claims[1])
+    again = ledger.transitions.complete_and_look(claims[1])  # a duplicate of a settled completion
 
     assert (first.settled, first.maybe_last) == (True, False)
     assert (second.settled, second.maybe_last) == (True, False)
     assert (again.settled, again.maybe_last) == (False, False)
     assert fresh_run(handle.uuid).status == "running"
-    last = ledger.complete_and_look(claims[2])
+    last = ledger.transitions.complete_and_look(claims[2])
     assert (last.settled, last.maybe_last) == (True, True)
-    assert ledger.finalize(claims[2].run.id) == "completed"
+    assert ledger.transitions.finalize(claims[2].run.id) == "completed"
 
 
 # -- soft timeouts (thread workers) ----------------------------------------------------
@@ -223,6 +223,6 @@ def test_a_gate_that_finds_no_free_connection_puts_the_job_back_never_drops_it(
     def exhausted(unit_id, token):
         raise PoolTimeout("QueuePool limit reached")
 
-    monkeypatch.setattr(jobs.ledger, "claim", exhausted)
+    monkeypatch.setattr(jobs.ledger.transitions, "claim", exhausted)
     with pytest.raises(RetryTask):
-        jobs._claim(job.args[1], job.args[2])
+        jobs.gate("unit", lambda: jobs.ledger.transitions.claim(job.args[1], job.args[2]))

@@ -17,7 +17,7 @@ def test_failing_units_are_contained_and_the_run_closes_with_failures(inline_ctx
         "diagnostics.probe", {"units": 30, "fail_every": 7, "vendor_fail_every": 5}, "test"
     )
 
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     assert run.status == "completed_with_failures"
     # 7, 14, 21, 28 fail as domain errors; 5, 10, 15, 20, 25, 30 as vendor errors.
     assert (run.units_total, run.units_completed, run.units_failed) == (30, 20, 10)
@@ -36,10 +36,10 @@ def test_failing_units_are_contained_and_the_run_closes_with_failures(inline_ctx
 def test_a_run_with_no_units_is_closed_at_once_as_completed(inline_ctx):
     handle = runner.start("diagnostics.probe", {"units": 0}, "test")
 
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     assert run.status == "completed"
     assert run.finished_at is not None
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
     assert db.session.scalar(select(func.count()).select_from(TaskRunUnit)) == 0
 
 

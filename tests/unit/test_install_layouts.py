@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -173,9 +174,31 @@ def wheel(project, tmp_path_factory) -> Path:
     return built
 
 
-def test_the_wheel_in_a_fresh_venv_migrates_starts_a_run_and_serves_pages(wheel, tmp_path):
-    """``pip install .`` yields a working ``flask --app app``, from any working directory:
-    the modules, the templates, the static files and the migrations are all installed."""
+@dataclass(frozen=True)
+class Installed:
+    """The wheel installed alone in a fresh virtualenv, run from a folder of its own."""
+
+    python: str
+    site: Path
+    work: Path
+    env: dict[str, str]
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(
+            [self.python, *args],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Installed:
+    tmp_path = tmp_path_factory.mktemp("installed")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
     python = str(venv / "bin" / "python")
@@ -202,19 +225,75 @@ def test_the_wheel_in_a_fresh_venv_migrates_starts_a_run_and_serves_pages(wheel,
     drop = ("PYTEST", "PYTHONPATH", "DATABASE_", "QUEUE_", "REDIS_", "LOG_", "SECRET_", "INSTANCE_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["INSTANCE_PATH"] = str(tmp_path / "instance")
+    return Installed(python, site, work, env)
 
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            [python, *args], cwd=work, env=env, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
 
-    run("-m", "flask", "--app", "app", "db", "upgrade")
-    started = run("-m", "flask", "--app", "app", "tasks", "start", "diagnostics.probe")
+def test_the_wheel_in_a_fresh_venv_migrates_starts_a_run_and_serves_pages(installed):
+    """``pip install .`` yields a working ``flask --app app``, from any working directory:
+    the modules, the templates, the static files and the migrations are all installed."""
+    installed.run("-m", "flask", "--app", "app", "db", "upgrade")
+    started = installed.run("-m", "flask", "--app", "app", "tasks", "start", "diagnostics.probe")
     assert len(started.strip().splitlines()[-1]) == 36  # the run's uuid
-    module, login, form, css = run("-c", WHEEL_CHECK).split()
+    module, login, form, css = installed.run("-c", WHEEL_CHECK).split()
 
-    assert Path(module).is_relative_to(site)
+    assert Path(module).is_relative_to(installed.site)
     assert (login, form, css) == ("200", "True", "200")
-    assert list(work.iterdir()) == []
+    assert list(installed.work.iterdir()) == []
+
+
+# The repository's own tools: they run from a checkout, never from an install.
+NOT_SHIPPED = {"tests", "harness", "bench"}
+FROM_THE_INSTALL = """
+import importlib, importlib.util, json, pathlib, sys
+
+site, names = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2])
+missing = []
+for name, package in names:
+    try:
+        # A package is imported; a module only found (its parents imported): an entry module
+        # (``wsgi``, ``tasks.consumer``) would build an app.
+        found = importlib.import_module(name) if package else importlib.util.find_spec(name)
+        origin = pathlib.Path(found.__file__ if package else found.origin)
+    except Exception:
+        origin = None
+    if origin is None or not origin.is_relative_to(site):
+        missing.append(name)
+print(json.dumps(missing))
+"""
+
+
+def tree_modules(root: Path = ROOT) -> list[tuple[str, bool]]:
+    """Every module of the app's tree (dotted name, whether it is a package): the top-level
+    modules, and every module of every package, however deep."""
+    found = []
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).parts
+        if parts[0] in NOT_SHIPPED or parts[0].startswith(".") or not path.stem.isidentifier():
+            continue
+        if not all(
+            (root.joinpath(*parts[:i]) / "__init__.py").is_file() for i in range(1, len(parts))
+        ):
+            continue  # a folder of scripts or data, not a package (migrations/, deploy/)
+        name = ".".join(path.relative_to(root).with_suffix("").parts)
+        found.append((name.removesuffix(".__init__"), path.name == "__init__.py"))
+    return sorted(found)
+
+
+def missing_from(installed: Installed, site: Path) -> list[str]:
+    names = json.dumps(tree_modules())
+    return json.loads(installed.run("-c", FROM_THE_INSTALL, str(site), names))
+
+
+def test_the_wheel_installs_every_package_and_module_of_the_tree(installed, tmp_path):
+    """No list of packages is trusted: a package added to the tree but not to the install
+    (``pyproject.toml``) fails here, rather than in an installed app that cannot import it."""
+    assert len(tree_modules()) > 100
+    assert missing_from(installed, installed.site) == []
+
+    # The check itself: a site without one of the packages is caught.
+    partial = tmp_path / "site"
+    shutil.copytree(installed.site, partial, ignore=shutil.ignore_patterns("live"))
+    (partial / "dependencies.pth").write_text(f"{SITE}\n")
+    env = dict(installed.env, PYTHONPATH=str(partial), PYTHONNOUSERSITE="1")
+    without = Installed(installed.python, partial, installed.work, env)
+    assert "live" in missing_from(without, partial)

@@ -81,17 +81,17 @@ def test_two_first_attempts_of_one_single_tracked_job_open_one_run(race_app):
         attempt_args = ("tests.single", unit, f"dispatch-{attempt}", "queue")
         with meeting(db.engine, ["first", "second"], inserts_a_run):
             racers = [
-                InThread(race_app, name, ledger.begin_single_attempt, *attempt_args)
+                InThread(race_app, name, ledger.single_jobs.begin_single_attempt, *attempt_args)
                 for name in ("first", "second")
             ]
             claims = [racer.join() for racer in racers]
 
         assert [r.error for r in racers] == [None, None]
         db.session.rollback()
-        assert len(ledger.single_runs("tests.single", unit.key)) == 1
+        assert len(ledger.single_jobs.single_runs("tests.single", unit.key)) == 1
         assert claims[0].run.uuid == claims[1].run.uuid
         # Huey's next retry of the same dispatch finds that one run.
-        later = ledger.begin_single_attempt(*attempt_args)
+        later = ledger.single_jobs.begin_single_attempt(*attempt_args)
         assert later.run.uuid == claims[0].run.uuid and later.attempts == 3
         db.session.rollback()
 
@@ -101,7 +101,7 @@ def test_a_retry_committed_between_prunes_read_and_its_update_keeps_the_run(race
         run_uuid = old_failed_run()
 
         with Hold(db.engine, "prune", hides_runs) as hold:
-            prune = InThread(race_app, "prune", ledger.prune, utcnow() - timedelta(days=1))
+            prune = InThread(race_app, "prune", ledger.pruning.prune, utcnow() - timedelta(days=1))
             hold.wait_reached()
             assert runner.retry(run_uuid, failed_only=True) == 1
             hold.release()
@@ -120,7 +120,7 @@ def test_a_retry_waiting_for_prunes_lock_is_refused_once_prune_hid_the_run(race_
         run_uuid = old_failed_run()
 
         with Hold(db.engine, "prune", hides_runs, at="commit") as hold:
-            prune = InThread(race_app, "prune", ledger.prune, utcnow() - timedelta(days=1))
+            prune = InThread(race_app, "prune", ledger.pruning.prune, utcnow() - timedelta(days=1))
             hold.wait_reached()  # the run is hidden and locked, not yet committed
             retry = InThread(race_app, "retry", runner.retry, run_uuid, failed_only=True)
             wait_until_blocked_on_a_lock()

@@ -76,12 +76,12 @@ def drain() -> int:
 
 def fresh_run(run_uuid: str) -> TaskRun:
     db.session.rollback()
-    return ledger.get_run(run_uuid)
+    return ledger.runs.get_run(run_uuid)
 
 
 def the_unit(run_uuid: str) -> TaskRunUnit:
     db.session.rollback()
-    run = ledger.get_run(run_uuid)
+    run = ledger.runs.get_run(run_uuid)
     return (
         db.session.execute(
             select(TaskRunUnit).where(TaskRunUnit.task_run_id == run.id).order_by(TaskRunUnit.id)
@@ -177,10 +177,10 @@ def query_plan(statement: str, parameters: Any) -> str:
 
 def test_a_single_tracked_jobs_run_is_found_by_its_unique_dispatch_key_with_an_index(ctx):
     unit = TaskUnit("document-1", 7)
-    first = ledger.begin_single_attempt("tests.single", unit, "dispatch-1", "queue")
-    ledger.release_attempt(first, "try again")
+    first = ledger.single_jobs.begin_single_attempt("tests.single", unit, "dispatch-1", "queue")
+    ledger.single_jobs.release_attempt(first, "try again")
     with statements_of_this_thread() as seen:
-        again = ledger.begin_single_attempt("tests.single", unit, "dispatch-1", "queue")
+        again = ledger.single_jobs.begin_single_attempt("tests.single", unit, "dispatch-1", "queue")
 
     assert again.run.uuid == first.run.uuid and again.attempts == 2
     lookups = [
@@ -206,7 +206,7 @@ def test_whatever_a_job_raises_fails_that_unit_only_on_an_inline_queue(
 
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed, run.units_failed) == ("completed_with_failures", 2, 1)
-    failed = ledger.run_units_page(run, status="failed").items
+    failed = ledger.runs.run_units_page(run, status="failed").items
     [reason] = [u["last_error"] for u in failed]
     assert see_logs(rf"builtins\.{type(raised).__name__}").fullmatch(reason)
 
@@ -220,7 +220,7 @@ def test_a_keyboard_interrupt_raised_by_a_job_is_its_failure_not_a_hand_back(ctx
 
     run = fresh_run(handle.uuid)
     assert run.status == "failed"
-    [reason] = [u["last_error"] for u in ledger.run_units_page(run).items]
+    [reason] = [u["last_error"] for u in ledger.runs.run_units_page(run).items]
     assert see_logs(r"builtins\.KeyboardInterrupt").fullmatch(reason)
     assert len(first.ran) == 1
 
@@ -245,7 +245,7 @@ def test_superseded_throttled_jobs_spend_no_rate_limit_slot(make_app):
 
         run = fresh_run(handle.uuid)
         assert (run.status, run.units_completed) == ("completed", RATE)
-        assert {u["attempts"] for u in ledger.run_units_page(run, limit=RATE).items} == {1}
+        assert {u["attempts"] for u in ledger.runs.run_units_page(run, limit=RATE).items} == {1}
 
 
 # -- item 10: a superseded job's heartbeat never keeps the new attempt alive ----------------
@@ -264,12 +264,12 @@ def test_an_old_job_still_running_does_not_keep_the_retried_attempt_alive(make_a
             assert held.started.acquire(timeout=10)
             # Past the held unit's threshold: the old job may be retried.
             later = utcnow() + timedelta(minutes=1)
-            assert ledger.count_retryable(fresh_run(handle.uuid), False, now=later) == 1
+            assert ledger.actions.count_retryable(fresh_run(handle.uuid), False, now=later) == 1
             runner.retry(handle.uuid, now=later)
             # The new attempt passes its gate, and its worker dies at once: no heartbeat.
             new_job = huey.dequeue()
             _run_id, unit_id, token, _horizon = new_job.args
-            assert ledger.claim(unit_id, token) is not None
+            assert ledger.transitions.claim(unit_id, token) is not None
 
             wait_for(
                 lambda: stale_reason(handle.uuid) == "worker lost",
@@ -283,7 +283,7 @@ def test_an_old_job_still_running_does_not_keep_the_retried_attempt_alive(make_a
 
 
 def stale_reason(run_uuid: str) -> str | None:
-    [unit] = ledger.run_units_page(fresh_run(run_uuid), stale_only=True).items or [
+    [unit] = ledger.runs.run_units_page(fresh_run(run_uuid), stale_only=True).items or [
         {"stale_reason": None}
     ]
     return unit["stale_reason"]
@@ -292,13 +292,13 @@ def stale_reason(run_uuid: str) -> str | None:
 def test_the_heartbeat_names_the_token_it_beats_for(ctx):
     handle = runner.start("diagnostics.probe", {"units": 1}, "test")
     _run_id, unit_id, token, _horizon = queues().huey("tasks").dequeue().args
-    ledger.claim(unit_id, token)
+    ledger.transitions.claim(unit_id, token)
     before = the_unit(handle.uuid).heartbeat_at
 
-    ledger.heartbeat([(unit_id, "0" * 32)])
+    ledger.transitions.heartbeat([(unit_id, "0" * 32)])
     assert the_unit(handle.uuid).heartbeat_at == before
     with heartbeat.beating(unit_id, token):
-        ledger.heartbeat([(unit_id, token)])
+        ledger.transitions.heartbeat([(unit_id, token)])
     assert the_unit(handle.uuid).heartbeat_at >= before
 
 
@@ -319,13 +319,13 @@ def test_the_stuck_sweep_fails_units_whose_lost_jobs_passed_the_drain_horizon(ct
 
     assert cli.invoke(args=["tasks", "detect-stuck"]).exit_code == 0
 
-    units = {u["unit_key"]: u for u in ledger.run_units_page(fresh_run(handle.uuid)).items}
+    units = {u["unit_key"]: u for u in ledger.runs.run_units_page(fresh_run(handle.uuid)).items}
     assert {k: (u["status"], u["last_error"]) for k, u in units.items()} == {
         "probe-1": ("failed", EXPIRED),
         "probe-2": ("failed", EXPIRED),
         "probe-3": ("pending", None),  # still inside its horizon
     }
-    assert ledger.count_events("tasks.unit.failed", fresh_run(handle.uuid)) == 2
+    assert ledger.runs.count_events("tasks.unit.failed", fresh_run(handle.uuid)) == 2
 
     db.session.execute(
         update(TaskRunUnit)
@@ -333,10 +333,10 @@ def test_the_stuck_sweep_fails_units_whose_lost_jobs_passed_the_drain_horizon(ct
         .values(queued_at=utcnow() - horizon - timedelta(minutes=1))
     )
     db.session.commit()
-    ledger.mark_stuck()
+    ledger.sweeps.mark_stuck()
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_failed) == ("failed", 3)
-    assert ledger.count_events("tasks.run.failed", run) == 1
+    assert ledger.runs.count_events("tasks.run.failed", run) == 1
 
 
 def is_gate(statement: str) -> bool:

@@ -36,7 +36,6 @@ from typing import Any
 
 import pytest
 from flask import current_app
-from huey import signals
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -52,7 +51,7 @@ from sqlalchemy.exc import OperationalError
 from database import utcnow
 from extensions import db
 from security.scrub import scrub
-from taskrunner import events, runner
+from taskrunner import delivery, events, runner
 from taskrunner.contract import (
     TERMINAL_RUN,
     Refused,
@@ -351,7 +350,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.queued.remove(task)
         self.delivered.append(task)
         _run_id, unit_id, token, _horizon = task.args
-        claimed = ledger.claim(unit_id, token)
+        claimed = ledger.transitions.claim(unit_id, token)
         unit = self.passes_gate(task)
         assert (claimed is not None) == (unit is not None)
         if unit is not None:
@@ -374,9 +373,9 @@ class LedgerMachine(RuleBasedStateMachine):
         run, unit = self.owner(task)
         if mid_job:
             _run_id, unit_id, token, _horizon = task.args
-            ledger.claim(unit_id, token)
+            ledger.transitions.claim(unit_id, token)
             self.passes_gate(task)
-        handed_back(signals.SIGNAL_INTERRUPTED, task, "tasks")
+        handed_back(*task.args, **task.kwargs)
         if unit is not None and unit.status in ("pending", "running"):
             if unit.token == task.args[2]:
                 self.redispatched(unit)
@@ -467,7 +466,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.sweep()
 
     def sweep(self) -> None:
-        ledger.mark_stuck()
+        ledger.sweeps.mark_stuck()
         for run in self.runs.values():
             if run.pruned or run.status != "running":
                 continue
@@ -487,7 +486,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule()
     def relay(self) -> None:
         self.explored("relay events")
-        ledger.relay_events(older_than_seconds=0)
+        delivery.relay(older_than_seconds=0)
 
     @precondition(lambda self: self.runs)
     @rule()
@@ -550,11 +549,11 @@ class LedgerMachine(RuleBasedStateMachine):
                 if run.frozen_units is None:
                     run.frozen_units = frozen
                 assert frozen == run.frozen_units, f"{run.tag}: units changed after its close"
-            closes = ledger.count_events("tasks.run.completed", row) + ledger.count_events(
-                "tasks.run.failed", row
-            )
+            closes = ledger.runs.count_events(
+                "tasks.run.completed", row
+            ) + ledger.runs.count_events("tasks.run.failed", row)
             assert closes == run.closes, f"{run.tag}: {closes} close events, {run.closes} closes"
-            assert ledger.count_events("tasks.unit.stuck", row) == run.stuck_events
+            assert ledger.runs.count_events("tasks.unit.stuck", row) == run.stuck_events
 
     @invariant()
     def every_event_is_delivered_once_or_kept_for_its_subscriber(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from extensions import db
-from taskrunner import events, runner
+from taskrunner import delivery, events, runner
 from taskrunner.contract import Refused
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
@@ -32,7 +32,7 @@ def drain(limit: int | None = None) -> int:
 def fresh_run(run_uuid: str):
     """The run as committed now (jobs write through their own sessions)."""
     db.session.rollback()
-    return ledger.get_run(run_uuid)
+    return ledger.runs.get_run(run_uuid)
 
 
 def units(run_uuid: str) -> dict[str, TaskRunUnit]:
@@ -97,9 +97,9 @@ def test_retry_failed_only_reruns_exactly_the_failed_units_and_closes_again(ctx,
     attempts = {k: u.attempts for k, u in units(handle.uuid).items()}
     assert attempts == {"k1": 1, "k2": 2, "k3": 1, "k4": 1, "k5": 2, "k6": 1}
     assert controlled.executions["k2"] == 2 and controlled.executions["k1"] == 1
-    assert ledger.count_events("tasks.run.failed", run) == 1
-    assert ledger.count_events("tasks.run.completed", run) == 1
-    assert [a.action for a in ledger.run_actions(run)] == ["retry"]
+    assert ledger.runs.count_events("tasks.run.failed", run) == 1
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
+    assert [a.action for a in ledger.runs.run_actions(run)] == ["retry"]
 
 
 def test_retry_refuses_a_run_with_nothing_to_retry(ctx, controlled, cli):
@@ -140,7 +140,7 @@ def test_cancel_mid_run_leaves_no_unit_pending_or_running(ctx, controlled, cli):
     assert sum(controlled.executions.values()) == 3
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_skipped) == ("cancelled", 7)
-    assert ledger.count_events("tasks.run.failed", run) == 1
+    assert ledger.runs.count_events("tasks.run.failed", run) == 1
 
 
 def test_cancel_refuses_a_finished_run(ctx, controlled, cli):
@@ -174,7 +174,7 @@ def test_a_run_closes_exactly_once_when_its_last_units_finish_together(ctx, cont
 
     run = fresh_run(handle.uuid)
     assert run.status == "completed"
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
 
 
 def test_finalize_called_concurrently_closes_once(ctx, controlled):
@@ -191,7 +191,7 @@ def test_finalize_called_concurrently_closes_once(ctx, controlled):
 
     def close():
         with app.app_context():
-            results.append(ledger.finalize(run_id))
+            results.append(ledger.transitions.finalize(run_id))
 
     threads = [threading.Thread(target=close) for _ in range(4)]
     for thread in threads:
@@ -201,7 +201,7 @@ def test_finalize_called_concurrently_closes_once(ctx, controlled):
 
     assert results.count("completed") == 1 and results.count(None) == 3
     db.session.rollback()
-    assert ledger.count_events("tasks.run.completed", run) == 2  # the first close + this one
+    assert ledger.runs.count_events("tasks.run.completed", run) == 2  # the first close + this one
 
 
 def test_an_event_committed_but_not_delivered_is_delivered_by_the_relay(
@@ -210,14 +210,14 @@ def test_an_event_committed_but_not_delivered_is_delivered_by_the_relay(
     received = []
     events.subscribe("tasks.run.completed", received.append)
     # The process "stops" right after the commit: nothing is delivered.
-    monkeypatch.setattr(type(ledger), "_deliver", lambda self, outbox: None)
+    monkeypatch.setattr(delivery, "deliver", lambda outbox: None)
     handle = runner.start("tests.controlled", {"units": 1}, "test")
     drain()
     assert received == []
     monkeypatch.undo()
 
-    assert ledger.relay_events(older_than_seconds=0) >= 1
-    assert ledger.relay_events(older_than_seconds=0) == 0  # delivered once, then marked
+    assert delivery.relay(older_than_seconds=0) >= 1
+    assert delivery.relay(older_than_seconds=0) == 0  # delivered once, then marked
 
     assert [e["payload"]["run_uuid"] for e in received] == [handle.uuid]
     assert received[0]["name"] == "tasks.run.completed"
@@ -233,7 +233,7 @@ def test_events_are_delivered_after_commit_by_the_owner(ctx, controlled):
     assert [e["payload"]["unit_key"] for e in received] == ["k1"]
     assert received[0]["payload"]["reason"] == "unit k1 broke"
     assert received[0]["payload"]["run_uuid"] == handle.uuid
-    assert ledger.relay_events(older_than_seconds=0) == 0
+    assert delivery.relay(older_than_seconds=0) == 0
 
 
 def test_a_dispatch_failure_after_commit_closes_the_run_and_raises(make_app, controlled):
@@ -244,10 +244,10 @@ def test_a_dispatch_failure_after_commit_closes_the_run_and_raises(make_app, con
             runner.start("tests.controlled", {"units": 5}, "test")
         assert "Connection" in type(raised.value).__name__
 
-        run = ledger.runs_page(limit=1).items[0]
+        run = ledger.runs.runs_page(limit=1).items[0]
         assert run.status == "failed"
         assert run.units_failed == 5 and run.finished_at is not None
-        reasons = {u["last_error"] for u in ledger.run_units_page(run, status="failed").items}
+        reasons = {u["last_error"] for u in ledger.runs.run_units_page(run, status="failed").items}
         # One exception failed them all: one reason, one error reference.
         [reason] = reasons
         assert see_logs(r"redis\.exceptions\.ConnectionError", "dispatch failed: ").fullmatch(

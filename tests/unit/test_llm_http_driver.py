@@ -170,7 +170,7 @@ def test_the_http_driver_is_chosen_from_config_and_refuses_missing_settings(stub
 def test_a_generation_run_calls_the_endpoint_for_every_step(make_app, stub, mode, status, reason):
     from sqlalchemy import select
 
-    from coursebuilder import service
+    from coursebuilder import stages
     from coursebuilder.models import GenerationRun
     from extensions import db
     from tenancy.models import Tenant
@@ -187,7 +187,7 @@ def test_a_generation_run_calls_the_endpoint_for_every_step(make_app, stub, mode
     with app.app_context():
         db.session.add(Tenant(id=2, name="Stark"))
         db.session.commit()
-        run_uuid = service.start(2, "Optics", lessons=1, quizzes=1, concurrency=1)
+        run_uuid = stages.start(2, "Optics", lessons=1, quizzes=1, concurrency=1)
         run = db.session.execute(
             select(GenerationRun).where(GenerationRun.uuid == run_uuid)
         ).scalar_one()

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, update
 
 from database import utcnow
 from extensions import db
-from taskrunner import console, metrics, runner
+from taskrunner import console, delivery, metrics, runner
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRun, TaskRunUnit
 from tasks.presence import Board, ConsumerPresence, Presence
@@ -47,7 +47,7 @@ def settle(run_uuid: str, outcomes: dict[str, str | None]) -> None:
 
     Units not named stay pending; a key mapped to ``"running"`` is claimed and left running.
     """
-    run = ledger.get_run(run_uuid)
+    run = ledger.runs.get_run(run_uuid)
     units = db.session.execute(
         select(TaskRunUnit.id, TaskRunUnit.unit_key, TaskRunUnit.dispatch_token).where(
             TaskRunUnit.task_run_id == run.id, TaskRunUnit.status == "pending"
@@ -57,15 +57,15 @@ def settle(run_uuid: str, outcomes: dict[str, str | None]) -> None:
     for unit_id, key, token in units:
         if key not in outcomes:
             continue
-        claimed = ledger.claim(unit_id, token)
+        claimed = ledger.transitions.claim(unit_id, token)
         assert claimed is not None
         if outcomes[key] == "running":
             continue
         if outcomes[key] is None:
-            ledger.complete(claimed)
+            ledger.transitions.complete(claimed)
         else:
-            ledger.fail(claimed, outcomes[key])
-    ledger.finalize(run.id)
+            ledger.transitions.fail(claimed, outcomes[key])
+    ledger.transitions.finalize(run.id)
     db.session.remove()
 
 
@@ -107,11 +107,11 @@ def test_a_unit_that_settles_during_a_scrape_is_counted_once(app, controlled):
     """The scrape reads one snapshot: a unit failing between its reads of the running
     run's active units and of its failed ones is not both running and failed."""
     with app.app_context():
-        dispatch = ledger.create_run(
+        dispatch = ledger.transitions.create_run(
             controlled.type(), {}, "test", controlled.units({"units": 3}), 100
         )
-        [first, *_] = ledger.dispatch_batch(dispatch, 0, 3)
-        claimed = ledger.claim(first, dispatch.token)
+        [first, *_] = ledger.transitions.dispatch_batch(dispatch, 0, 3)
+        claimed = ledger.transitions.claim(first, dispatch.token)
         before = nonzero(metrics.read().units)
         engine = db.engine
     assert before == {(controlled.type(), "running"): 1, (controlled.type(), "pending"): 2}
@@ -123,7 +123,7 @@ def test_a_unit_that_settles_during_a_scrape_is_counted_once(app, controlled):
         scrape = InThread(app, "scrape", metrics.read)
         hold.wait_reached()  # it has read the run's active units
         with app.app_context():
-            assert ledger.fail(claimed, "broke while the scrape ran")
+            assert ledger.transitions.fail(claimed, "broke while the scrape ran")
         hold.release()
         read = scrape.join()
 
@@ -239,7 +239,7 @@ def test_stale_units_per_reason_agree_with_the_stale_page(ctx, controlled):
     }
     scrape = metrics.read(later)
 
-    page = ledger.stale_units_page(now=later).items
+    page = ledger.fleet.stale_units_page(now=later).items
     shown: dict[str, int] = {}
     for unit in page:
         shown[unit["stale_reason"]] = shown.get(unit["stale_reason"], 0) + 1
@@ -308,7 +308,7 @@ def test_an_unreadable_queue_backend_is_tried_once_and_the_rest_still_reads(
     # Nothing listens on port 9: every connection to it is refused at once.
     app = make_app(QUEUE_DRIVER="redis", REDIS_URL="redis://127.0.0.1:9/0")
     with app.app_context():
-        handle = ledger.create_run(
+        handle = ledger.transitions.create_run(
             controlled.type(), {}, "test", controlled.units({"units": 2}), 10
         )
         db.session.commit()
@@ -359,7 +359,7 @@ def test_parked_deliveries_are_counted(make_app, controlled):
         settle(handle.uuid, {"k1": None})  # refusal 1, by the owner: to be retried
         assert metrics.read().parked_deliveries == 0
 
-        assert ledger.relay_events(older_than_seconds=0) == 1  # refusal 2: parked
+        assert delivery.relay(older_than_seconds=0) == 1  # refusal 2: parked
 
         assert metrics.read().parked_deliveries == 1
 

@@ -16,8 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from database import utcnow
-from taskrunner import events, runner
-from taskrunner.ledger import ledger
+from taskrunner import delivery, events, runner
 from tasks.presence import Board, Presence
 from tasks.slots import claim
 from tests.conftest import IN_CI
@@ -64,7 +63,7 @@ def scraped(make_app, controlled) -> str:
     with app.app_context():
         events.subscribe("tasks.run.failed", lambda event: 1 / 0)
         finished_run(controlled.type(), ["a", "b"], {"b": "unit b broke"})
-        ledger.relay_events(older_than_seconds=0)  # the refusing subscriber's delivery parks
+        delivery.relay(older_than_seconds=0)  # the refusing subscriber's delivery parks
         runner.start(controlled.type(), {"units": 3}, "test")
         Presence(app, ["tasks"], "process", 2, Board(2)).beat()
         claim("taskrunner.detect_stuck", utcnow().replace(microsecond=0) - timedelta(minutes=5))

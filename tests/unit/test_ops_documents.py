@@ -82,11 +82,11 @@ def delay_was(retry_in: tuple[float, float] | None, seconds: float) -> bool:
 
 def runs_of(document: Document):
     db.session.rollback()
-    return ledger.single_runs(FORWARD, f"document-{document.uuid}")
+    return ledger.single_jobs.single_runs(FORWARD, f"document-{document.uuid}")
 
 
 def the_unit(run) -> dict:
-    [unit] = ledger.run_units_page(run).items
+    [unit] = ledger.runs.run_units_page(run).items
     return unit
 
 
@@ -120,8 +120,8 @@ def test_a_transient_503_is_retried_with_backoff_and_succeeds_on_the_third_attem
     db.session.refresh(document)
     assert (document.status, document.provider_reference) == ("forwarded", "R-1")
     assert [r["auth"] for r in provider.requests] == [f"Bearer {TOKEN}"] * 3
-    assert ledger.count_events("tasks.run.completed", run) == 1
-    assert ledger.count_events("tasks.unit.failed", run) == 0
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.unit.failed", run) == 0
 
 
 def test_a_4xx_fails_at_once_with_a_domain_message_and_tasks_retry_refuses_the_run(docs, provider):
@@ -140,7 +140,7 @@ def test_a_4xx_fails_at_once_with_a_domain_message_and_tasks_retry_refuses_the_r
     assert len(provider.requests) == 1
     db.session.refresh(document)
     assert document.status == "rejected"
-    assert ledger.count_events("tasks.unit.failed", run) == 1
+    assert ledger.runs.count_events("tasks.unit.failed", run) == 1
 
     result = docs.test_cli_runner().invoke(args=["tasks", "retry", run.uuid])
     assert result.exit_code == 1
@@ -172,7 +172,7 @@ def test_only_the_final_failure_fails_the_unit_and_every_attempt_is_recorded(doc
     assert attempts == 5  # the first try and Huey's 4 retries
     assert (run.status, unit["status"]) == ("failed", "failed")
     assert unit["last_error"] == "provider unavailable: HTTP 500"
-    assert ledger.count_events("tasks.unit.failed", run) == 1
+    assert ledger.runs.count_events("tasks.unit.failed", run) == 1
     everything = json.dumps([the_unit(run), run.context])
     assert TOKEN not in everything and "127.0.0.1" not in everything
 

@@ -4,8 +4,6 @@ consumers in ``tests/workers/test_ops_handback.py``.)"""
 
 from __future__ import annotations
 
-from huey import signals
-
 from extensions import db
 from taskrunner import runner
 from taskrunner.jobs import handed_back
@@ -16,7 +14,7 @@ from tests.support import huey_stop_interrupt
 
 def fresh_run(run_uuid: str):
     db.session.rollback()
-    return ledger.get_run(run_uuid)
+    return ledger.runs.get_run(run_uuid)
 
 
 def test_an_interrupt_before_the_gate_still_hands_the_unit_back_with_a_new_job(ctx):
@@ -25,16 +23,16 @@ def test_an_interrupt_before_the_gate_still_hands_the_unit_back_with_a_new_job(c
     lost_job = huey.dequeue()
     _run_id, unit_id, token, _horizon = lost_job.args
 
-    handed_back(signals.SIGNAL_INTERRUPTED, lost_job, "tasks")
+    handed_back(*lost_job.args, **lost_job.kwargs)
 
     new_job = huey.dequeue()
     assert new_job is not None and new_job.args[2] != token
-    assert ledger.live_unit_tokens([(unit_id, token)]) == set()
+    assert ledger.transitions.live_unit_tokens([(unit_id, token)]) == set()
     huey.execute(lost_job)  # the interrupted original, were it ever delivered again
     huey.execute(new_job)
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 1)
-    [unit] = ledger.run_units_page(run).items
+    [unit] = ledger.runs.run_units_page(run).items
     assert unit["attempts"] == 1
 
 
@@ -43,10 +41,10 @@ def test_an_interrupt_after_the_unit_settled_closes_its_run(ctx):
     huey = queues().huey("tasks")
     job = huey.dequeue()
     _run_id, unit_id, token, _horizon = job.args
-    claim = ledger.claim(unit_id, token)
-    assert ledger.complete(claim)  # ...and the interrupt came before finalize
+    claim = ledger.transitions.claim(unit_id, token)
+    assert ledger.transitions.complete(claim)  # ...and the interrupt came before finalize
 
-    handed_back(signals.SIGNAL_INTERRUPTED, job, "tasks")
+    handed_back(*job.args, **job.kwargs)
 
     assert huey.dequeue() is None
     run = fresh_run(handle.uuid)
@@ -71,7 +69,7 @@ def test_a_stop_masked_by_a_library_error_hands_the_unit_back_instead_of_failing
 
     huey.execute(job)  # Huey sees the interrupt: SIGNAL_INTERRUPTED, the unit is handed back
 
-    [unit] = ledger.run_units_page(fresh_run(handle.uuid)).items
+    [unit] = ledger.runs.run_units_page(fresh_run(handle.uuid)).items
     assert (unit["status"], unit["last_error"]) == ("pending", None)
     new_job = huey.dequeue()
     assert new_job is not None and new_job.args[2] != job.args[2]

@@ -1,15 +1,17 @@
-"""The operational schedules (the runner's in ``tasks/periodic.py``, the packages' beside
+"""The operational schedules (the runner's in ``taskrunner/periodic.py``, the packages' beside
 their code) and the slots their runs belong to."""
 
 from __future__ import annotations
 
+import ast
 from datetime import date, datetime, timedelta
+from pathlib import Path
 
 from huey import crontab
 
 import coursebuilder.setup  # noqa: F401 - declares the builder's recovery
 import payments.statements  # noqa: F401 - declares the monthly statements
-import tasks.periodic  # noqa: F401 - declares the runner's schedules
+import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
 from config import Config
 from tasks.routing import routes
 from tasks.schedules import (
@@ -20,6 +22,7 @@ from tasks.schedules import (
     Every,
     tick_seconds,
 )
+from tests.support import ROOT
 
 DEFAULTS = Config().as_dict()
 
@@ -165,16 +168,34 @@ def test_a_job_owed_two_slots_runs_each_once_and_skips_a_taken_one(ctx, caplog):
     assert ran == [f"Periodic {name}, slot {second.isoformat()}: ran"]
 
 
+def declared_periodic_tasks(root: Path = ROOT) -> set[str]:
+    """Every ``@periodic("name", …)`` of the house, read from its source (tests aside)."""
+    names = set()
+    for path in root.rglob("*.py"):
+        if path.relative_to(root).parts[0] in {"tests", "migrations", ".venv"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            for decorator in getattr(node, "decorator_list", []):
+                func = getattr(decorator, "func", None)
+                named = getattr(func, "id", None) or getattr(func, "attr", None)
+                if named == "periodic" and decorator.args:
+                    names.add(decorator.args[0].value)
+    return names
+
+
+def test_the_declarations_are_read_from_any_package(tmp_path):
+    (tmp_path / "invoices").mkdir()
+    (tmp_path / "invoices" / "sweep.py").write_text(
+        "from taskrunner.contract import Every, periodic\n"
+        "@periodic('invoices.sweep', Every('INVOICES_SECONDS'))\n"
+        "def sweep():\n    pass\n"
+    )
+    assert declared_periodic_tasks(tmp_path) == {"invoices.sweep"}
+
+
 def test_a_built_app_schedules_the_runners_and_every_packages_periodic_tasks(ctx):
+    """Every schedule declared anywhere in the tree, whoever added it, and no other."""
     huey = ctx.extensions["queues"].huey("default")
     names = {task.name for task in (cls() for cls in huey._registry._periodic_tasks)}
-    assert names == {
-        "taskrunner.relay_events",
-        "taskrunner.detect_stuck",
-        "taskrunner.roll_throughput",
-        "taskrunner.prune",
-        "payments.monthly_statements",
-        "asyncrequests.prune",
-        "security.prune",
-        "coursebuilder.recover",
-    }
+    assert names == declared_periodic_tasks()
+    assert "taskrunner.detect_stuck" in names

@@ -68,12 +68,12 @@ def test_prune_deletes_old_terminal_runs_and_never_a_running_or_young_one(fleet,
     assert result.exit_code == 0, result.output
     assert result.output.startswith("pruned 2 runs (7 units, ")
     for name in ("old", "cancelled"):
-        assert ledger.find_run(fleet[name]) is None
+        assert ledger.runs.find_run(fleet[name]) is None
         assert units_of(fleet[name]) == 0
     for name in ("young", "running"):
-        assert ledger.find_run(fleet[name]) is not None, name
+        assert ledger.runs.find_run(fleet[name]) is not None, name
         assert units_of(fleet[name]) == before[name]
-    assert ledger.find_run(fleet["running"]).status == "running"
+    assert ledger.runs.find_run(fleet["running"]).status == "running"
     orphans = db.session.execute(
         select(func.count())
         .select_from(OutboxEvent)
@@ -96,15 +96,15 @@ def test_prune_deletes_old_terminal_runs_and_never_a_running_or_young_one(fleet,
 def test_prune_with_days_keeps_runs_inside_the_retention_it_was_given(fleet, cli):
     result = cli.invoke(args=["tasks", "prune", "--days", "35"])
     assert result.output.startswith("pruned 1 run (3 units, ")
-    assert ledger.find_run(fleet["old"]) is None
-    assert ledger.find_run(fleet["cancelled"]) is not None
+    assert ledger.runs.find_run(fleet["old"]) is None
+    assert ledger.runs.find_run(fleet["cancelled"]) is not None
     assert cli.invoke(args=["tasks", "prune", "--days", "-1"]).exit_code == 2
 
 
 def test_prune_works_in_small_batches(fleet):
-    report = ledger.prune(utcnow() - timedelta(days=30), run_batch=1, row_batch=2)
+    report = ledger.pruning.prune(utcnow() - timedelta(days=30), run_batch=1, row_batch=2)
     assert (report.runs, report.units) == (2, 7)
-    assert ledger.find_run(fleet["running"]) is not None
+    assert ledger.runs.find_run(fleet["running"]) is not None
 
 
 def test_prune_clears_the_queues_leftovers_and_keeps_what_live_jobs_need(fleet):
@@ -117,7 +117,7 @@ def test_prune_clears_the_queues_leftovers_and_keeps_what_live_jobs_need(fleet):
     huey.put_if_empty(old_lock, "1")
     huey.put_if_empty(live_lock, "1")
     # A live unit's queued job revoked by hand: its key must stay while it is queued.
-    running = ledger.find_run(fleet["running"])
+    running = ledger.runs.find_run(fleet["running"])
     [live_unit, _] = db.session.execute(
         select(TaskRunUnit.id, TaskRunUnit.dispatch_token)
         .where(TaskRunUnit.task_run_id == running.id)

@@ -37,12 +37,14 @@ def held(ctx):
 
 def fresh_run(run_uuid: str):
     db.session.rollback()
-    return ledger.get_run(run_uuid)
+    return ledger.runs.get_run(run_uuid)
 
 
 def stale_reasons(run_uuid: str, now: datetime | None = None) -> list[str | None]:
     """The reasons of the run's stale units as status lists them, judged at ``now``."""
-    page = ledger.run_units_page(fresh_run(run_uuid), stale_only=True, limit=UNIT_LIST_CAP, now=now)
+    page = ledger.runs.run_units_page(
+        fresh_run(run_uuid), stale_only=True, limit=UNIT_LIST_CAP, now=now
+    )
     return [u["stale_reason"] for u in page.items]
 
 
@@ -66,7 +68,7 @@ def drain() -> int:
 
 
 def stuck_events(run_uuid: str) -> int:
-    return ledger.count_events("tasks.unit.stuck", fresh_run(run_uuid))
+    return ledger.runs.count_events("tasks.unit.stuck", fresh_run(run_uuid))
 
 
 def test_a_unit_held_past_its_threshold_is_stale_once_per_episode_and_a_retry_heals_it(held, cli):
@@ -79,8 +81,8 @@ def test_a_unit_held_past_its_threshold_is_stale_once_per_episode_and_a_retry_he
         timeout=10,
         message="the held unit to be running too long",
     )
-    assert ledger.mark_stuck() == 1
-    assert ledger.mark_stuck() == 0
+    assert ledger.sweeps.mark_stuck() == 1
+    assert ledger.sweeps.mark_stuck() == 0
     assert stuck_events(handle.uuid) == 1
 
     # A new episode: the retried unit runs again and is held again.
@@ -94,8 +96,8 @@ def test_a_unit_held_past_its_threshold_is_stale_once_per_episode_and_a_retry_he
         timeout=10,
         message="the second episode",
     )
-    assert ledger.mark_stuck() == 1
-    assert ledger.mark_stuck() == 0
+    assert ledger.sweeps.mark_stuck() == 1
+    assert ledger.sweeps.mark_stuck() == 0
     assert stuck_events(handle.uuid) == 2
 
     # The retry that heals: this execution is not held.
@@ -112,11 +114,11 @@ def test_a_unit_held_past_its_threshold_is_stale_once_per_episode_and_a_retry_he
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed, run.units_failed) == ("completed", 1, 0)
     assert run.finished_at == healed.finished_at
-    [unit] = ledger.run_units_page(run).items
+    [unit] = ledger.runs.run_units_page(run).items
     assert (unit["status"], unit["attempts"], unit["last_error"]) == ("completed", 3, None)
     assert sorted(held.finished) == ["u1", "u1", "u1"]
-    assert ledger.count_events("tasks.run.completed", run) == 1
-    assert ledger.count_events("tasks.unit.failed", run) == 0
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.unit.failed", run) == 0
     assert stuck_events(handle.uuid) == 2
 
 
@@ -154,7 +156,7 @@ def test_units_whose_queued_jobs_were_lost_are_never_started_and_a_retry_heals_t
     later = utcnow() + PAST_HELD_THRESHOLDS
 
     assert stale_reasons(handle.uuid, later) == ["never started"] * 3
-    assert ledger.mark_stuck(now=later) == 3
+    assert ledger.sweeps.mark_stuck(now=later) == 3
     assert drain() == 0
 
     result = cli.invoke(args=["tasks", "retry", handle.uuid])
@@ -163,7 +165,7 @@ def test_units_whose_queued_jobs_were_lost_are_never_started_and_a_retry_heals_t
     assert drain() == 3
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 3)
-    assert {u["attempts"] for u in ledger.run_units_page(run).items} == {1}
+    assert {u["attempts"] for u in ledger.runs.run_units_page(run).items} == {1}
     assert stale_reasons(handle.uuid) == []
 
 
@@ -177,6 +179,6 @@ def test_the_sweep_finds_stale_units_behind_a_large_batch_of_healthy_ones(held):
     later = utcnow() + PAST_HELD_THRESHOLDS
     assert len(stale_reasons(handle.uuid, later)) == 3
 
-    assert ledger.mark_stuck(limit=2, now=later) == 3
+    assert ledger.sweeps.mark_stuck(limit=2, now=later) == 3
     assert stuck_events(handle.uuid) == 3
-    assert ledger.count_events("tasks.unit.stuck", fresh_run(healthy.uuid)) == 0
+    assert ledger.runs.count_events("tasks.unit.stuck", fresh_run(healthy.uuid)) == 0

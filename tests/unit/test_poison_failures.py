@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from coursebuilder import service as builder
+from coursebuilder import stages
 from coursebuilder.llm import FakeDriver
 from coursebuilder.models import GenerationRun, GenerationStep
 from documents.forwarding import FORWARD, forward
@@ -163,8 +163,8 @@ def test_a_unit_whose_failure_holds_poison_still_ends_failed(poisoned, kind):
     assert drain("tasks") == 2
 
     db.session.rollback()
-    run = ledger.get_run(handle.uuid)
-    units = ledger.run_units_page(run).items
+    run = ledger.runs.get_run(handle.uuid)
+    units = ledger.runs.run_units_page(run).items
     assert {(u["status"], u["attempts"], u["last_error"]) for u in units} == {
         ("failed", 1, STORED[kind])
     }
@@ -192,8 +192,8 @@ def test_a_single_tracked_jobs_poisoned_attempts_are_recorded_and_its_last_fails
         # An attempt with retries left: recorded, handed back to Huey to retry.
         with pytest.raises(type(poison(kind))):
             execute_attempt(FORWARD, unit, task, attempt, "queue")
-        [run] = ledger.single_runs(FORWARD, unit.key)
-        [pending] = ledger.run_units_page(run).items
+        [run] = ledger.single_jobs.single_runs(FORWARD, unit.key)
+        [pending] = ledger.runs.run_units_page(run).items
         assert (pending["status"], pending["attempts"]) == ("pending", 1)
         assert pending["last_error"] == STORED[kind]
 
@@ -202,8 +202,8 @@ def test_a_single_tracked_jobs_poisoned_attempts_are_recorded_and_its_last_fails
         with pytest.raises(type(poison(kind))):
             execute_attempt(FORWARD, unit, task, attempt, "queue")
         db.session.rollback()
-        [run] = ledger.single_runs(FORWARD, unit.key)
-        [failed] = ledger.run_units_page(run).items
+        [run] = ledger.single_jobs.single_runs(FORWARD, unit.key)
+        [failed] = ledger.runs.run_units_page(run).items
         assert (failed["status"], failed["attempts"], run.status) == ("failed", 2, "failed")
         assert failed["last_error"] == STORED[kind]
 
@@ -219,7 +219,7 @@ def test_a_builder_step_whose_failure_holds_poison_fails_its_run(
     with inline_app.app_context():
         db.session.add(Tenant(id=1, name="Tenant 1"))
         db.session.commit()
-        run_uuid = builder.start(1, "Tides", lessons=1, quizzes=0)
+        run_uuid = stages.start(1, "Tides", lessons=1, quizzes=0)
 
         db.session.rollback()
         run = db.session.execute(

@@ -94,8 +94,8 @@ def test_a_stored_reason_with_a_prefix_is_truncated_last(ctx):
     register(LongQueueTask("tests.long_queue"))
     with pytest.raises(Exception, match="unknown queue"):
         runner.start("tests.long_queue", {"units": 2}, "test")
-    run = ledger.runs_page(limit=1).items[0]
-    reasons = {u["last_error"] for u in ledger.run_units_page(run).items}
+    run = ledger.runs.runs_page(limit=1).items[0]
+    reasons = {u["last_error"] for u in ledger.runs.run_units_page(run).items}
     [reason] = reasons
     assert reason.startswith("dispatch failed: unknown queue 'qqq")
     assert len(reason) == redaction.MAX_LENGTH

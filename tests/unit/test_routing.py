@@ -18,13 +18,15 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from coursebuilder import service
+from coursebuilder import jobs, stages
+from coursebuilder import steps as builder_steps
 from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
 from harness import process_tree
 from taskrunner import runner
-from taskrunner.dispatch import RUN_UNIT, queue_for
+from taskrunner.dispatch import RUN_UNIT, queue_of
 from taskrunner.ledger import ledger
+from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.registry import registry_of
 from tasks import workers
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES, TYPE_ROUTES, routes
@@ -54,7 +56,7 @@ def test_the_io_lane_runs_many_threads_and_hands_its_units_back_on_stop():
 
 
 def test_every_job_is_routed_to_a_queue_whose_consumer_covers_its_timeout(app):
-    assert service.STEP_JOB in routes.jobs and RUN_UNIT in routes.jobs
+    assert stages.STEP_JOB in routes.jobs and RUN_UNIT in routes.jobs
     for spec in routes.jobs.values():
         served_by = QUEUE_NAMES if spec.queue is None else (spec.queue,)
         for queue in served_by:
@@ -71,7 +73,7 @@ def test_every_task_type_fits_its_queue_and_its_stuck_threshold(app):
     for definition in definitions:
         options = definition.options()
         with app.app_context():
-            queue = queue_for(definition.type(), options)
+            queue = queue_of(definition.type())
         assert queue in QUEUES, definition.type()
         assert QUEUES[queue].enforces_timeouts or QUEUES[queue].soft_timeouts
         assert 0 < options.timeout <= QUEUES[queue].max_timeout, definition.type()
@@ -87,18 +89,18 @@ def test_periodic_jobs_fit_the_consumer_that_schedules_them():
 def test_the_builder_step_job_is_registered_on_the_builder_queue_only_with_one_try(app):
     with app.app_context():
         queues = app.extensions["queues"]
-        step = queues.task(service.STEP_JOB)
+        step = queues.task(stages.STEP_JOB)
         assert step.huey is queues.huey("builder")
         task = step.s(1)
         assert (task.timeout, task.retries) == (1800, 0)
         for queue in QUEUE_NAMES:
             names = set(queues.huey(queue)._registry._registry)
             assert any(name.endswith(RUN_UNIT) for name in names), queue
-            assert any(name.endswith(service.STEP_JOB) for name in names) == (queue == "builder")
+            assert any(name.endswith(stages.STEP_JOB) for name in names) == (queue == "builder")
 
 
 def test_the_llm_call_gives_up_before_the_step_timeout(app):
-    assert app.config["LLM_TIMEOUT_SECONDS"] < service.STEP_TIMEOUT
+    assert app.config["LLM_TIMEOUT_SECONDS"] < builder_steps.STEP_TIMEOUT
 
 
 def flags(command) -> dict[str, str | bool]:
@@ -199,13 +201,13 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
     db.session.add(Tenant(id=3, name="Initech"))
     db.session.commit()
     # Queued before the consumer starts: one builder step whose job gets a 1 s timeout.
-    slow = service.start(3, "Slow", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 5000})
+    slow = stages.start(3, "Slow", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 5000})
     slow_step = db.session.execute(
         select(GenerationStep.id).join(GenerationRun).where(GenerationRun.uuid == slow)
     ).scalar_one()
     queues = ctx.extensions["queues"]
     queues.huey("builder").flush()
-    step_job = queues.task(service.STEP_JOB)
+    step_job = queues.task(stages.STEP_JOB)
     step_job.huey.enqueue(step_job.s(slow_step, timeout=1))
 
     [lean] = workers.plan("lean", periodic=False)
@@ -220,7 +222,7 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
     )
     try:
         probe = runner.start("diagnostics.probe", {"units": 6}, "test")
-        quick = service.start(
+        quick = stages.start(
             3, "Quick", lessons=2, quizzes=1, concurrency=2, fake={"latency_ms": 10}
         )
 
@@ -238,10 +240,10 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
             "step outline/outline-1 failed: timeout: step ran longer than 1 s"
         )
         wait_for(
-            lambda: db.session.rollback() or ledger.get_run(probe.uuid).status != "running",
+            lambda: db.session.rollback() or ledger.runs.get_run(probe.uuid).status != "running",
             timeout=30,
         )
-        assert ledger.get_run(probe.uuid).status == "completed"
+        assert ledger.runs.get_run(probe.uuid).status == "completed"
         # The lean consumer, its scheduler and one worker per lane: nothing else.
         lanes = sum(1 for arg in lean.command if arg == "--lane")
         assert len(process_tree(process.pid)) == 1 + 1 + lanes
@@ -299,7 +301,7 @@ def test_a_declared_job_cannot_be_run_inline_by_calling_it(ctx):
 
     with pytest.raises(TypeError, match="use .enqueue"):
         forward_to_provider("some-document")
-    assert service.run_step.name == service.STEP_JOB
+    assert jobs.run_step.name == stages.STEP_JOB
 
 
 def test_a_job_handle_enqueues_on_the_queue_its_route_names(ctx):
@@ -312,3 +314,39 @@ def test_a_job_handle_enqueues_on_the_queue_its_route_names(ctx):
     assert {name for name in hueys if after[name] != before[name]} == {"default"}
     (task,) = [t for t in hueys["default"].pending() if t.name == "documents.forward_to_provider"]
     assert task.args == ("4f1c2a9e-0000-4000-8000-000000000000",)
+
+
+def test_one_routing_decision_serves_dispatch_revoke_and_the_queues_page(make_app):
+    """The queue a type's units run on is decided once: the routing table's lane for the
+    vendor probe, a deployment's route for the probe, and the page agrees with both."""
+    from taskrunner import console
+    from taskrunner.dispatch import task_id
+
+    app = make_app(TASK_RUNNER_TYPE_ROUTES="diagnostics.probe=long-job")
+    with app.app_context():
+        hueys = app.extensions["queues"].all()
+        for huey in hueys.values():
+            huey.flush()
+        handle = runner.start("diagnostics.probe", {"units": 2}, "test")
+        runner.start("diagnostics.vendor_probe", {"units": 1}, "test")
+        assert {
+            name: huey.pending_count() for name, huey in hueys.items() if huey.pending_count()
+        } == {
+            "long-job": 2,
+            "io": 1,
+        }
+
+        filed = {
+            t["type"]: queue["name"] for queue in console.queues()["queues"] for t in queue["types"]
+        }
+        assert filed["diagnostics.probe"] == "long-job"
+        assert filed["diagnostics.vendor_probe"] == "io"
+
+        runner.cancel(handle.uuid)
+        tokens = [
+            (u.id, u.dispatch_token)
+            for u in db.session.execute(
+                select(TaskRunUnit).join(TaskRun).where(TaskRun.uuid == handle.uuid)
+            ).scalars()
+        ]
+        assert all(hueys["long-job"].is_revoked(task_id(*pair)) for pair in tokens)

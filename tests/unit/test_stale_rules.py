@@ -24,9 +24,11 @@ STALE_REASONS = (WORKER_LOST, RUNNING_TOO_LONG, NEVER_STARTED)
 @pytest.fixture
 def started(ctx, controlled):
     """A run of four units: k1 and k2 claimed (running), k3 and k4 pending; and when."""
-    dispatch = ledger.create_run(controlled.type(), {}, "test", controlled.units({"units": 4}), 100)
-    for unit_id in ledger.dispatch_batch(dispatch, 0, 2):
-        assert ledger.claim(unit_id, dispatch.token) is not None
+    dispatch = ledger.transitions.create_run(
+        controlled.type(), {}, "test", controlled.units({"units": 4}), 100
+    )
+    for unit_id in ledger.transitions.dispatch_batch(dispatch, 0, 2):
+        assert ledger.transitions.claim(unit_id, dispatch.token) is not None
     db.session.commit()
     return dispatch, utcnow()
 
@@ -41,16 +43,16 @@ def beat(unit_key: str, at: datetime) -> None:
 def reasons_everywhere(run_uuid: str, now: datetime) -> dict[str, dict[str, str]]:
     """What each reader makes of the run's units at ``now``, by unit key."""
     db.session.rollback()
-    run = ledger.get_run(run_uuid)
-    one_run = ledger.run_units_page(run, stale_only=True, now=now).items
-    across = ledger.stale_units_page(now=now).items
+    run = ledger.runs.get_run(run_uuid)
+    one_run = ledger.runs.run_units_page(run, stale_only=True, now=now).items
+    across = ledger.fleet.stale_units_page(now=now).items
     return {
         "run page": {u["unit_key"]: u["stale_reason"] for u in one_run},
         "stale-units page": {u["unit_key"]: u["stale_reason"] for u in across},
         "unit page": {
             key: found["stale_reason"]
             for key in ("k1", "k2", "k3", "k4")
-            if (found := ledger.find_unit(run, key, now)) and found["stale"]
+            if (found := ledger.runs.find_unit(run, key, now)) and found["stale"]
         },
     }
 
@@ -58,11 +60,11 @@ def reasons_everywhere(run_uuid: str, now: datetime) -> dict[str, dict[str, str]
 def agree(run_uuid: str, now: datetime, expected: dict[str, str]) -> None:
     seen = reasons_everywhere(run_uuid, now)
     assert seen == dict.fromkeys(seen, expected)
-    run = ledger.get_run(run_uuid)
-    assert ledger.run_counts(run, now)["stale"] == len(expected)
-    assert ledger.stale_per_run([run], now).get(run.id, 0) == len(expected)
-    assert ledger.attention(now).stale_units == len(expected)
-    assert ledger.stale_counts_by_run(now) == (
+    run = ledger.runs.get_run(run_uuid)
+    assert ledger.runs.run_counts(run, now)["stale"] == len(expected)
+    assert ledger.attention.stale_per_run([run], now).get(run.id, 0) == len(expected)
+    assert ledger.attention.attention(now).stale_units == len(expected)
+    assert ledger.fleet.stale_counts_by_run(now) == (
         [(run.uuid, run.type, len(expected))] if expected else []
     )
     per_reason = Counter(expected.values())
@@ -72,7 +74,7 @@ def agree(run_uuid: str, now: datetime, expected: dict[str, str]) -> None:
 def test_nothing_is_stale_at_the_moment_the_units_were_claimed(started):
     dispatch, t0 = started
     agree(dispatch.run_uuid, t0, {})
-    assert ledger.mark_stuck(now=t0) == 0
+    assert ledger.sweeps.mark_stuck(now=t0) == 0
 
 
 def test_a_silent_worker_is_lost_after_three_beats_before_anything_else(started):
@@ -95,12 +97,12 @@ def test_each_reason_at_the_moment_past_its_threshold(started):
     agree(dispatch.run_uuid, later, expected)
 
     # The sweep judges alike, once per episode, and the retry takes what it shows.
-    assert ledger.mark_stuck(now=later) == 4
-    assert ledger.mark_stuck(now=later) == 0
-    assert ledger.count_events("tasks.unit.stuck", ledger.get_run(dispatch.run_uuid)) == 4
-    run = ledger.get_run(dispatch.run_uuid)
-    assert ledger.count_retryable(run, False, stale_only=True, now=later) == 4
-    assert ledger.count_retryable(run, False, stale_only=True, now=t0) == 0
+    assert ledger.sweeps.mark_stuck(now=later) == 4
+    assert ledger.sweeps.mark_stuck(now=later) == 0
+    assert ledger.runs.count_events("tasks.unit.stuck", ledger.runs.get_run(dispatch.run_uuid)) == 4
+    run = ledger.runs.get_run(dispatch.run_uuid)
+    assert ledger.actions.count_retryable(run, False, stale_only=True, now=later) == 4
+    assert ledger.actions.count_retryable(run, False, stale_only=True, now=t0) == 0
 
 
 def test_a_paused_types_pending_units_are_not_never_started(started, controlled):
@@ -115,10 +117,10 @@ def test_the_drain_horizon_is_judged_at_the_moment_given(ctx, controlled):
     handle = runner.start(controlled.type(), {"units": 2}, "test")
     horizon = timedelta(hours=ctx.config["TASK_RUNNER_RETRY_HORIZON_HOURS"])
     now = utcnow()
-    assert ledger.expire_beyond_horizon(now=now + horizon - timedelta(minutes=1)) == []
-    [run_id] = ledger.expire_beyond_horizon(now=now + horizon + timedelta(minutes=1))
-    run = ledger.get_run(handle.uuid)
+    assert ledger.sweeps.expire_beyond_horizon(now=now + horizon - timedelta(minutes=1)) == []
+    [run_id] = ledger.sweeps.expire_beyond_horizon(now=now + horizon + timedelta(minutes=1))
+    run = ledger.runs.get_run(handle.uuid)
     assert run.id == run_id
-    assert {u["last_error"] for u in ledger.run_units_page(run).items} == {
+    assert {u["last_error"] for u in ledger.runs.run_units_page(run).items} == {
         "expired: drain horizon exceeded"
     }

@@ -54,12 +54,12 @@ def test_the_sweep_makes_one_statement_per_eligible_tenant_even_when_run_twice(i
             args=["payments", "generate-monthly-statements", "--period", "2026-10"]
         )
         assert result.exit_code == 0, result.stderr
-        run = ledger.get_run(result.stdout.strip().splitlines()[-1])
+        run = ledger.runs.get_run(result.stdout.strip().splitlines()[-1])
         assert (run.status, run.units_total, run.units_completed) == ("completed", 5, 5)
 
     assert db.session.scalar(select(func.count()).select_from(Statement)) == 5
     db.session.rollback()
-    units = ledger.run_units_page(run, limit=10).items
+    units = ledger.runs.run_units_page(run, limit=10).items
     assert {u["tenant_id"] for u in units} == set(ids[:5])
 
 

@@ -17,8 +17,8 @@ import pytest
 from huey.consumer import ProcessEnvironment
 from sqlalchemy import create_engine, text
 
-from tasks import interrupts
-from tasks.lean import LaneEnvironment
+from tasks import huey_internals, interrupts
+from tasks.huey_internals import LaneEnvironment
 from tests.conftest import PG_URL, require_postgres
 
 BUSY = SimpleNamespace(huey=SimpleNamespace(_tasks_in_flight={"a task"}))
@@ -27,7 +27,7 @@ BUSY = SimpleNamespace(huey=SimpleNamespace(_tasks_in_flight={"a task"}))
 @pytest.fixture
 def worker_signals(monkeypatch):
     """This process as a Huey process worker for the test: its handlers, its stop note."""
-    monkeypatch.setattr(interrupts, "_stop_signal_received", False)
+    monkeypatch.setattr(huey_internals, "_stop_signal_received", False)
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     saved = {signum: signal.getsignal(signum) for signum in stops}
     yield
@@ -41,7 +41,7 @@ def test_an_interrupt_inside_a_postgres_statement_is_the_stop_though_its_traceba
     require_postgres()
     engine = create_engine(PG_URL)
     ProcessEnvironment().init_child(BUSY)
-    interrupts.watch_stop_signal()
+    huey_internals.watch_stop_signal()
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
     try:
         with pytest.raises(BaseException) as raised:
@@ -56,7 +56,7 @@ def test_an_interrupt_inside_a_postgres_statement_is_the_stop_though_its_traceba
 
 
 def test_a_keyboard_interrupt_a_job_raises_itself_is_its_failure(worker_signals):
-    interrupts.watch_stop_signal()
+    huey_internals.watch_stop_signal()
     assert interrupts.consumer_stop(KeyboardInterrupt()) is None
     assert interrupts.consumer_stop(RuntimeError("boom")) is None
 
@@ -65,12 +65,12 @@ def test_once_the_stop_signal_came_an_interrupt_behind_another_error_is_the_stop
     worker_signals,
 ):
     ProcessEnvironment().init_child(BUSY)
-    interrupts.watch_stop_signal()
+    huey_internals.watch_stop_signal()
     with pytest.raises(KeyboardInterrupt):
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     masked = RuntimeError("the pool could not reset its connection")
     masked.__context__ = KeyboardInterrupt()  # no traceback at all
-    assert interrupts.stop_signal_received()
+    assert huey_internals.stop_signal_received()
     assert interrupts.consumer_stop(masked) is masked.__context__
     with pytest.raises(KeyboardInterrupt):
         interrupts.raise_if_stopping(masked)
@@ -81,5 +81,5 @@ def test_the_lean_lanes_stop_handler_is_the_stop_too(worker_signals):
     handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt) as raised:
         handler(signal.SIGTERM, None)
-    assert interrupts.stop_signal_received()
+    assert huey_internals.stop_signal_received()
     assert interrupts.consumer_stop(raised.value) is raised.value

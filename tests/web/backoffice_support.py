@@ -50,14 +50,14 @@ def finished_run(
     """A run driven through the ledger's own transitions: ``failing`` maps keys to reasons."""
     tenants = tenants or {}
     units = [TaskUnit(key, tenants.get(key)) for key in keys]
-    dispatch = ledger.create_run(type_, {}, "test", units, 1000)
-    for unit_id in ledger.dispatch_batch(dispatch, 0, len(keys) + 1):
-        claim = ledger.claim(unit_id, dispatch.token)
+    dispatch = ledger.transitions.create_run(type_, {}, "test", units, 1000)
+    for unit_id in ledger.transitions.dispatch_batch(dispatch, 0, len(keys) + 1):
+        claim = ledger.transitions.claim(unit_id, dispatch.token)
         if claim.unit.key in failing:
-            ledger.fail(claim, failing[claim.unit.key])
+            ledger.transitions.fail(claim, failing[claim.unit.key])
         else:
-            ledger.complete(claim)
-    ledger.finalize(dispatch.run_id)
+            ledger.transitions.complete(claim)
+    ledger.transitions.finalize(dispatch.run_id)
     db.session.remove()
     return dispatch.run_uuid
 

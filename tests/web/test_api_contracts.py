@@ -354,7 +354,9 @@ def seed(app: Flask) -> World:
             {"probe-2": "probe unit 2 failed"},
             tenants={"probe-2": tenant_id},
         )
-        running = ledger.create_run("diagnostics.probe", {}, "test", [TaskUnit("probe-9")], 100)
+        running = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "test", [TaskUnit("probe-9")], 100
+        )
         running_uuid = running.run_uuid
         for email, permissions in (("viewer@example.com", [VIEW]), ("stranger@example.com", [])):
             make_user(email, *permissions)

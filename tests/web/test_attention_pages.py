@@ -13,7 +13,7 @@ from database import utcnow
 from extensions import db
 from taskrunner import runner
 from taskrunner.contract import TaskUnit
-from taskrunner.ledger import ledger
+from taskrunner.ledger import Actor, ledger
 from taskrunner.models import (
     OperatorAction,
     OutboxEvent,
@@ -34,10 +34,12 @@ def failed_uuid(app) -> str:
 
 def running_run(keys: list[str], lost: tuple[str, ...] = ()) -> str:
     """A running run whose units are queued; the ``lost`` ones are claimed, heartbeat dead."""
-    dispatch = ledger.create_run("diagnostics.probe", {}, "test", [TaskUnit(k) for k in keys], 100)
-    ids = ledger.dispatch_batch(dispatch, 0, len(keys) + 1)
+    dispatch = ledger.transitions.create_run(
+        "diagnostics.probe", {}, "test", [TaskUnit(k) for k in keys], 100
+    )
+    ids = ledger.transitions.dispatch_batch(dispatch, 0, len(keys) + 1)
     for unit_id in ids:
-        claim = ledger.claim(unit_id, dispatch.token)
+        claim = ledger.transitions.claim(unit_id, dispatch.token)
         if claim.unit.key not in lost:
             # Back to pending: queued, not started, not stale.
             db.session.execute(
@@ -59,7 +61,7 @@ def running_run(keys: list[str], lost: tuple[str, ...] = ()) -> str:
 def age_run(run_uuid: str, **delta) -> None:
     """Move a closed run (and its units and events) into the past."""
     shift = timedelta(**delta)
-    run = ledger.get_run(run_uuid)
+    run = ledger.runs.get_run(run_uuid)
     db.session.execute(
         update(TaskRun)
         .where(TaskRun.id == run.id)
@@ -162,7 +164,7 @@ def test_the_run_list_shows_stale_units_per_running_run(app, viewer_web, failed_
 def test_a_retried_run_is_marked_in_the_run_list(app, viewer_web, failed_uuid):
     with app.app_context():
         other = finished_run("diagnostics.probe", ["x"], {"x": "probe unit 1 failed"})
-        ledger.reopen_for_retry(failed_uuid, True, "ops", "cli", None)
+        ledger.actions.reopen_for_retry(failed_uuid, True, Actor("ops", "cli"))
         db.session.remove()
     page = viewer_web.get("/backoffice/task-runs")
     assert page.html.find("tr", id=f"run-{failed_uuid}").select_one(".tag-retried")
@@ -256,7 +258,7 @@ def test_the_throughput_buckets_by_minute_and_by_hour_and_forgets_after_a_day(ct
     mid = finished_run("diagnostics.probe", ["d"], {})
     age_run(mid, minutes=90)
     now = utcnow()
-    seen = ledger.throughput(now)
+    seen = ledger.throughput.read(now)
     assert len(seen.minutes) == 60 and len(seen.hours) == 24
     assert seen.last_hour == (1, 1) and seen.last_day == (2, 1)
     assert (seen.minutes[-1].completed, seen.minutes[-1].failed) == (1, 1)
@@ -289,7 +291,7 @@ def test_a_cancelled_run_is_not_done_lists_its_units_once_and_is_not_drawn_as_an
 def test_the_duration_does_not_count_the_time_closed_before_a_retry(app, viewer_web):
     with app.app_context():
         run_uuid = finished_run("diagnostics.probe", ["a"], {"a": "probe unit 1 failed"})
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         start = utcnow() - timedelta(hours=3)
         closed = start + timedelta(minutes=2)
         retried = closed + timedelta(hours=2)
@@ -314,7 +316,7 @@ def test_the_duration_does_not_count_the_time_closed_before_a_retry(app, viewer_
             )
         )
         db.session.commit()
-        assert ledger.idle_seconds(ledger.get_run(run_uuid)) == 2 * 3600
+        assert ledger.attention.idle_seconds(ledger.runs.get_run(run_uuid)) == 2 * 3600
         db.session.remove()
     page = viewer_web.get(f"/backoffice/task-runs/{run_uuid}")
     duration = page.html.find("dt", string="Duration").find_next("dd").get_text(" ", strip=True)
@@ -395,8 +397,8 @@ def test_the_run_stream_of_a_running_run_ends_after_its_time_limit(app, viewer_w
 def test_the_run_stream_moves_when_a_unit_finishes(app):
     with app.app_context():
         run_uuid = running_run(["a", "b"])
-        run = ledger.get_run(run_uuid)
-        before = ledger.live_marker([run.id])
+        run = ledger.runs.get_run(run_uuid)
+        before = ledger.runs.live_marker([run.id])
         unit = db.session.execute(
             update(TaskRunUnit)
             .where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.unit_key == "a")
@@ -404,7 +406,7 @@ def test_the_run_stream_moves_when_a_unit_finishes(app):
             .returning(TaskRunUnit.id)
         ).scalar_one()
         db.session.commit()
-        assert unit and ledger.live_marker([run.id]) != before
+        assert unit and ledger.runs.live_marker([run.id]) != before
 
 
 def test_the_run_list_stream_takes_only_run_uuids(viewer_web, failed_uuid):
@@ -438,9 +440,10 @@ def test_settled_minutes_are_rolled_up_once_and_the_last_ones_counted_live(ctx):
     settled = finished_run("diagnostics.probe", ["a", "b"], {"b": "probe unit 2 failed"})
     age_run(settled, minutes=10)
     finished_run("diagnostics.probe", ["c"], {})  # this minute: live, not stored yet
-    first = ledger.throughput()
+    ledger.throughput.roll()  # what the periodic taskrunner.roll_throughput does
+    first = ledger.throughput.read()
     assert first.last_hour == (2, 1)
-    db.session.rollback()  # the roll-up committed on a connection of its own
+    db.session.rollback()
     # One row per minute and type that settled units (the empty type marks rolled minutes).
     stored = (
         db.session.execute(select(UnitThroughput).where(UnitThroughput.type != "")).scalars().all()
@@ -448,13 +451,29 @@ def test_settled_minutes_are_rolled_up_once_and_the_last_ones_counted_live(ctx):
     assert [(r.type, r.completed, r.failed) for r in stored] == [("diagnostics.probe", 1, 1)]
     # The roll-up is the record: units pruned since still count, and nothing doubles.
     db.session.execute(
-        TaskRunUnit.__table__.delete().where(TaskRunUnit.task_run_id == ledger.get_run(settled).id)
+        TaskRunUnit.__table__.delete().where(
+            TaskRunUnit.task_run_id == ledger.runs.get_run(settled).id
+        )
     )
     db.session.commit()
-    assert ledger.throughput().last_hour == (2, 1)
+    assert ledger.throughput.read().last_hour == (2, 1)
     db.session.rollback()
     counted = select(func.count()).select_from(UnitThroughput).where(UnitThroughput.type != "")
     assert db.session.execute(counted).scalar_one() == 1
+
+
+def test_reading_the_strip_writes_nothing_and_counts_what_no_roll_up_holds_yet(ctx):
+    """A GET page never writes: a roll-up that is behind (no consumer ran the periodic
+    task) makes the strip count live, it is not caught up by the read."""
+    settled = finished_run("diagnostics.probe", ["a", "b"], {"b": "probe unit 2 failed"})
+    age_run(settled, minutes=10)
+    finished_run("diagnostics.probe", ["c"], {})
+
+    assert ledger.throughput.read().last_hour == (2, 1)
+    assert ledger.throughput.read().last_day == (2, 1)
+
+    db.session.rollback()
+    assert db.session.execute(select(func.count()).select_from(UnitThroughput)).scalar_one() == 0
 
 
 def test_a_skipped_unit_says_why_without_calling_it_an_error(app, viewer_web):

@@ -29,7 +29,7 @@ def test_retry_of_failed_units_through_the_form_reruns_only_those(inline_app, co
     controlled.failing = {"k2", "k4"}
     with inline_app.app_context():
         run_uuid = runner.start(controlled.type(), {"units": 5, "tenants": 1}, "test").uuid
-        assert ledger.get_run(run_uuid).status == "completed_with_failures"
+        assert ledger.runs.get_run(run_uuid).status == "completed_with_failures"
     controlled.failing.clear()
     web = manager_on(inline_app)
 
@@ -42,10 +42,10 @@ def test_retry_of_failed_units_through_the_form_reruns_only_those(inline_app, co
     assert "Retrying 2 units." in done.text
     assert dict(controlled.executions) == {"k1": 1, "k2": 2, "k3": 1, "k4": 2, "k5": 1}
     with inline_app.app_context():
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         assert run.status == "completed"
         assert (run.units_completed, run.units_failed) == (5, 0)
-        [action] = ledger.run_actions(run)
+        [action] = ledger.runs.run_actions(run)
         assert (action.action, action.actor, action.source, action.address) == (
             "retry",
             "manager@example.com",
@@ -58,8 +58,8 @@ def test_retry_of_failed_units_through_the_form_reruns_only_those(inline_app, co
 
 def ledger_unchanged(app, run_uuid: str, status: str) -> bool:
     with app.app_context():
-        run = ledger.get_run(run_uuid)
-        return run.status == status and ledger.run_actions(run) == []
+        run = ledger.runs.get_run(run_uuid)
+        return run.status == status and ledger.runs.run_actions(run) == []
 
 
 def test_cancel_through_the_form_skips_the_pending_units(app, controlled):
@@ -73,9 +73,9 @@ def test_cancel_through_the_form_skips_the_pending_units(app, controlled):
 
     assert "Run cancelled; 3 units skipped." in done.text
     with app.app_context():
-        run = ledger.get_run(run_uuid)
+        run = ledger.runs.get_run(run_uuid)
         assert run.status == "cancelled" and run.units_skipped == 3
-        [action] = ledger.run_actions(run)
+        [action] = ledger.runs.run_actions(run)
         assert (action.action, action.actor, action.address) == (
             "cancel",
             "manager@example.com",
@@ -115,11 +115,11 @@ def test_the_stale_units_page_retries_them_after_a_confirmation(make_app, contro
     # A heartbeat interval of 0 makes any running unit count as "worker lost" at once.
     app = make_app(TASK_RUNNER_HEARTBEAT_SECONDS=0)
     with app.app_context():
-        dispatch = ledger.create_run(
+        dispatch = ledger.transitions.create_run(
             controlled.type(), {}, "test", controlled.units({"units": 3}), 100
         )
-        first = ledger.dispatch_batch(dispatch, 0, 1)[0]
-        assert ledger.claim(first, dispatch.token) is not None
+        first = ledger.transitions.dispatch_batch(dispatch, 0, 1)[0]
+        assert ledger.transitions.claim(first, dispatch.token) is not None
     web = manager_on(app)
 
     page = web.get("/backoffice/stale-units")
@@ -131,8 +131,8 @@ def test_the_stale_units_page_retries_them_after_a_confirmation(make_app, contro
     assert "Retrying 1 stale unit." in done.text
     assert "Nothing is stale" in done.text
     with app.app_context():
-        run = ledger.get_run(dispatch.run_uuid)
-        unit = ledger.find_unit(run, "k1")
+        run = ledger.runs.get_run(dispatch.run_uuid)
+        unit = ledger.runs.find_unit(run, "k1")
         assert (unit["status"], unit["attempts"]) == ("pending", 1)
-        [action] = ledger.run_actions(run)
+        [action] = ledger.runs.run_actions(run)
         assert action.detail["stale_only"] is True and action.source == "web"

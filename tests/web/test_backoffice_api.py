@@ -178,8 +178,8 @@ def test_a_unit_page_lists_only_that_units_events(app, api):
             ["probe-1", "probe-2", "probe-12"],
             {"probe-2": "probe unit 2 failed", "probe-12": "probe unit 12 failed"},
         )
-        run = ledger.get_run(run_uuid)
-        events = ledger.unit_events(run, "probe-2")
+        run = ledger.runs.get_run(run_uuid)
+        events = ledger.runs.unit_events(run, "probe-2")
         ledger.session.remove()
 
     assert [(e["name"], e["payload"]["unit_key"]) for e in events] == [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, update
 
-from coursebuilder import service
+from coursebuilder import stages
+from coursebuilder import steps as builder_steps
 from coursebuilder.models import GenerationStep
 from extensions import db
 from tenancy.models import Tenant
@@ -36,7 +37,7 @@ def builder_web(builder_app):
 
 def start_run(app, quizzes: int = 1, fail_first: bool = False) -> str:
     with app.app_context():
-        run_uuid = service.start(
+        run_uuid = stages.start(
             4, "Rivers <b>and</b> seas", lessons=2, quizzes=quizzes, concurrency=1
         )
         if fail_first:
@@ -47,9 +48,7 @@ def start_run(app, quizzes: int = 1, fail_first: bool = False) -> str:
                 update(GenerationStep).where(GenerationStep.id == step.id).values(status="running")
             )
             db.session.commit()
-            service._fail_run(
-                step.run_id, step.id, "step outline/outline-1 failed: quota <exceeded>"
-            )
+            stages.fail_run(step.run_id, step.id, "step outline/outline-1 failed: quota <exceeded>")
         db.session.remove()
     return run_uuid
 
@@ -105,7 +104,7 @@ def test_a_step_finished_on_another_host_moves_the_page_of_this_one(
     worker_host = make_app()
     worker_host.instance_path = str(tmp_path / "worker-host")
     with worker_host.app_context():
-        run_uuid = service.start(4, "Deltas", lessons=1, quizzes=0, concurrency=1)
+        run_uuid = stages.start(4, "Deltas", lessons=1, quizzes=0, concurrency=1)
         db.session.remove()
 
     def marker() -> str:
@@ -117,7 +116,7 @@ def test_a_step_finished_on_another_host_moves_the_page_of_this_one(
         step = db.session.execute(
             select(GenerationStep).where(GenerationStep.key == "outline-1")
         ).scalar_one()
-        service.execute_step(step.id)
+        builder_steps.execute_step(step.id)
         db.session.remove()
 
     after = marker()

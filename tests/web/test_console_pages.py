@@ -41,7 +41,7 @@ def type_button(page, type_: str, verb: str):
 def test_the_workers_page_shows_each_consumer_and_the_unit_its_worker_runs(app, people, controlled):
     with app.app_context():
         handle = runner.start(controlled.type(), {"units": 1}, "test")
-        unit = ledger.run_units_page(ledger.get_run(handle.uuid)).items[0]
+        unit = ledger.runs.run_units_page(ledger.runs.get_run(handle.uuid)).items[0]
         unit_id, token = db.session.execute(
             select(TaskRunUnit.id, TaskRunUnit.dispatch_token)
         ).one()
@@ -77,7 +77,7 @@ def test_pause_and_resume_from_the_queues_page_are_confirmed_and_recorded(app, p
     assert "tests.backoffice paused." in done.text
     assert "paused" in done.text and "Resume…" in done.text
     with app.app_context():
-        assert ledger.is_paused(controlled.type())
+        assert ledger.actions.is_paused(controlled.type())
         handle = runner.start(controlled.type(), {"units": 2}, "test")
     run_page = web.get(f"/backoffice/task-runs/{handle.uuid}")
     assert "is paused" in run_page.text
@@ -91,7 +91,7 @@ def test_pause_and_resume_from_the_queues_page_are_confirmed_and_recorded(app, p
     row = web.get("/backoffice/task-runs").html.find(id=f"run-{handle.uuid}")
     assert row is not None and not row.select(".tag-paused")
     with app.app_context():
-        assert not ledger.is_paused(controlled.type())
+        assert not ledger.actions.is_paused(controlled.type())
         actions = db.session.execute(
             select(OperatorAction.action, OperatorAction.actor, OperatorAction.address)
         ).all()
@@ -127,7 +127,7 @@ def test_the_queues_page_counts_pending_running_and_settled_units(app, people, c
         # The periodic roll-up, as it runs every minute (the minute now running included,
         # past the grace a minute is given: in a minute's first seconds it would not be).
         later = utcnow() + timedelta(minutes=1) + THROUGHPUT_GRACE
-        assert ledger.roll_throughput(later) > 0
+        assert ledger.throughput.roll(later) > 0
     data = web.get("/api/v1/backoffice/queues").json
     tasks = next(q for q in data["queues"] if q["name"] == "tasks")
     assert tasks["pending_units"] == 4
@@ -173,7 +173,7 @@ def test_retrying_one_error_group_from_its_page_takes_only_that_group(
     assert "Retrying 2 units." in done.text
     assert dict(controlled.executions) == {"k1": 2, "k2": 2, "k3": 1, "k4": 1}
     with inline_app.app_context():
-        [action] = ledger.run_actions(ledger.get_run(run_uuid))
+        [action] = ledger.runs.run_actions(ledger.runs.get_run(run_uuid))
         assert action.detail["reason"] == "unit k# broke" and action.detail["units"] == 2
 
 
@@ -203,7 +203,7 @@ def test_retrying_a_selection_and_one_unit_from_their_pages(inline_app, people, 
     assert done.request.path.endswith("/units/k2")
     assert controlled.executions["k2"] == 2
     with inline_app.app_context():
-        details = [a.detail for a in ledger.run_actions(ledger.get_run(run_uuid))]
+        details = [a.detail for a in ledger.runs.run_actions(ledger.runs.get_run(run_uuid))]
     assert [d["unit_keys"] for d in details] == [["k2"], ["k1", "k3"]]
 
 

@@ -135,7 +135,9 @@ def test_only_an_outage_is_answered_as_one_other_errors_stay_errors():
 @postgres_only
 def test_a_backend_terminated_under_a_request_is_a_503_and_the_next_request_recovers(app, viewer):
     with app.app_context():
-        run = ledger.create_run("diagnostics.probe", {}, "test", [TaskUnit("a")], 100).run_uuid
+        run = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "test", [TaskUnit("a")], 100
+        ).run_uuid
         db.session.remove()
         engine = db.engine
     web = browser(app)

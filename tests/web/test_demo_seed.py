@@ -15,10 +15,10 @@ def test_demo_seed_fills_the_backoffice_and_prints_a_working_password(app, cli):
     assert "tenants created: 40" in result.output
     password = re.search(r"operator: operator@example.com  password: (\S+)", result.output)[1]
     with app.app_context():
-        runs = ledger.runs_page(limit=10).items
+        runs = ledger.runs.runs_page(limit=10).items
         statuses = sorted(run.status for run in runs)
         sweep = next(r for r in runs if r.type == "payments.monthly_statements")
-        reasons = {g.reason for g in ledger.error_groups(sweep)}
+        reasons = {g.reason for g in ledger.errors.error_groups(sweep)}
     assert statuses == [
         "cancelled",
         "completed_with_failures",

@@ -37,7 +37,9 @@ def operators(app):
 @pytest.fixture
 def running(app) -> str:
     with app.app_context():
-        run = ledger.create_run("diagnostics.probe", {}, "test", [TaskUnit("a")], 100).run_uuid
+        run = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "test", [TaskUnit("a")], 100
+        ).run_uuid
         db.session.remove()
     return run
 
@@ -101,7 +103,7 @@ def test_a_post_after_the_session_ended_signs_in_again_and_returns_to_its_page(
     form["email"], form["password"] = "manager@example.com", "correct horse battery"
     assert form.submit(status=302).location == run_page
     with app.app_context():
-        assert ledger.get_run(running).status == "running"  # the old form did nothing
+        assert ledger.runs.get_run(running).status == "running"  # the old form did nothing
 
 
 def test_a_page_asked_for_after_the_session_ended_says_so_and_comes_back(app, operators, running):

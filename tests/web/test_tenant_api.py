@@ -47,7 +47,7 @@ def tenant(app):
 
 def statement_runs(app) -> list:
     with app.app_context():
-        runs = ledger.runs_page(limit=50, type_=TYPE).items
+        runs = ledger.runs.runs_page(limit=50, type_=TYPE).items
         return [(r.uuid, r.status, r.initiator, dict(r.context)) for r in runs]
 
 
@@ -191,7 +191,7 @@ def test_a_queue_that_is_down_fails_the_request_and_answers_503(make_app):
         request = db.session.execute(select(AsyncRequest)).scalar_one()
         assert request.status == "failed"
         assert see_logs(r"redis\.exceptions\.ConnectionError").fullmatch(request.reason)
-        [run] = ledger.runs_page(type_=TYPE).items
+        [run] = ledger.runs.runs_page(type_=TYPE).items
         # The runner's wedge guard closed the run: nothing is left waiting on a lost job.
         assert run.status == "failed"
 
@@ -208,7 +208,7 @@ def test_inline_the_job_completes_the_request_and_the_statement_downloads(inline
     with inline_app.app_context():
         statement = db.session.execute(select(Statement)).scalar_one()
         assert (statement.tenant_id, statement.period) == (tenant_id, PERIOD)
-        [run] = ledger.runs_page(type_=TYPE).items
+        [run] = ledger.runs.runs_page(type_=TYPE).items
         assert (run.status, run.units_total, run.units_completed) == ("completed", 1, 1)
     assert result == {
         "statement_id": statement.id,
@@ -235,8 +235,8 @@ def test_inline_a_failing_statement_job_fails_the_request_and_the_unit_with_one_
     with statements_table_failing(inline_app):
         res = client.post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token), status=200)
     with inline_app.app_context():
-        [run] = ledger.runs_page(type_=TYPE).items
-        [unit] = ledger.run_units_page(run, status="failed").items
+        [run] = ledger.runs.runs_page(type_=TYPE).items
+        [unit] = ledger.runs.run_units_page(run, status="failed").items
 
     assert res.json["status"] == "failed"
     assert see_logs(r"sqlalchemy\.exc\.\w+").fullmatch(res.json["reason"])

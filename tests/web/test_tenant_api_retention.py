@@ -36,12 +36,12 @@ def request_count() -> int:
 
 
 def ledger_state() -> tuple:
-    [run] = ledger.runs_page(type_=TYPE).items
+    [run] = ledger.runs.runs_page(type_=TYPE).items
     return (
         run.uuid,
         run.status,
-        ledger.run_counts(run)["completed"],
-        len(ledger.run_events(run, limit=200)),
+        ledger.runs.run_counts(run)["completed"],
+        len(ledger.runs.run_events(run, limit=200)),
     )
 
 
@@ -66,7 +66,7 @@ def test_pruning_the_ledger_leaves_async_requests_untouched(inline_app, answered
         result = inline_app.test_cli_runner().invoke(args=["tasks", "prune", "--days", "0"])
 
         assert result.exit_code == 0, result.output
-        assert ledger.runs_page(type_=TYPE).items == []
+        assert ledger.runs.runs_page(type_=TYPE).items == []
         assert request_count() == 1
     poll = client.get(f"/api/v1/async-requests/{request['id']}", headers=bearer(token))
     assert poll.json == request

@@ -85,11 +85,11 @@ def world(app):
         db.session.execute(update(TaskRun).where(TaskRun.uuid == decoy).values(uuid=DECOY))
         db.session.commit()
         failed = finished_run("diagnostics.probe", KEYS, reasons)
-        dispatch = ledger.create_run(
+        dispatch = ledger.transitions.create_run(
             "diagnostics.probe", {}, "test", [TaskUnit(k) for k in KEYS], 100
         )
-        for unit_id in ledger.dispatch_batch(dispatch, 0, len(KEYS) + 1):
-            ledger.claim(unit_id, dispatch.token)
+        for unit_id in ledger.transitions.dispatch_batch(dispatch, 0, len(KEYS) + 1):
+            ledger.transitions.claim(unit_id, dispatch.token)
         db.session.execute(
             update(TaskRunUnit)
             .where(TaskRunUnit.task_run_id == dispatch.run_id)

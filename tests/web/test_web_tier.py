@@ -45,7 +45,9 @@ def running_run(app) -> str:
     """A viewer, and a run that stays running (nothing consumes its units)."""
     with app.app_context():
         make_user(EMAIL, VIEW)
-        run = ledger.create_run("diagnostics.probe", {}, "test", [TaskUnit("a")], 100).run_uuid
+        run = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "test", [TaskUnit("a")], 100
+        ).run_uuid
         db.session.remove()
     return run
 
@@ -170,7 +172,7 @@ def test_a_stream_ends_when_its_session_ends(app, servers, running_run, ending):
 
 
 def test_the_course_builders_stream_counts_and_ends_like_the_run_pages(app, servers, running_run):
-    from coursebuilder import service as builder
+    from coursebuilder import stages as builder
     from tenancy import services as tenants
 
     with app.app_context():

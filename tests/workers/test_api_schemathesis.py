@@ -75,7 +75,7 @@ def seed_ledger(tenant_id: int) -> None:
         {"probe-2": "probe unit 2 failed", "probe-3": "unhandled builtins.OSError — see logs"},
     )
     # Queued and never enqueued: "never started" once TASK_RUNNER_NEVER_STARTED_SECONDS pass.
-    ledger.create_run(
+    ledger.transitions.create_run(
         "diagnostics.probe", {}, "test", [TaskUnit(f"probe-{i}") for i in (1, 2)], 1000
     )
     db.session.remove()

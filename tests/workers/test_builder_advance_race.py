@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from sqlalchemy import select, update
 
-from coursebuilder import service
+from coursebuilder import stages
 from coursebuilder.models import STAGES, GenerationEvent, GenerationRun, GenerationStep
 from extensions import db
 from tenancy.models import Tenant
@@ -50,7 +50,7 @@ def advance_from_threads(app, run_id: int) -> list:
         with app.app_context():
             barrier.wait()
             try:
-                results.append(service.advance(run_id))
+                results.append(stages.advance(run_id))
             except Exception as exc:  # surfaced below, with the thread's exception
                 errors.append(exc)
             finally:
@@ -70,7 +70,7 @@ def test_concurrent_advance_on_a_finished_stage_makes_exactly_one_transition(rac
     with race_app.app_context():
         db.session.add(Tenant(id=7, name="Globex"))
         db.session.commit()
-        run_uuid = service.start(7, "Volcanoes", lessons=2, quizzes=quizzes, concurrency=1)
+        run_uuid = stages.start(7, "Volcanoes", lessons=2, quizzes=quizzes, concurrency=1)
         run_id = db.session.execute(
             select(GenerationRun.id).where(GenerationRun.uuid == run_uuid)
         ).scalar_one()

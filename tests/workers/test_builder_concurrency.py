@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
-from coursebuilder import service
+from coursebuilder import stages
 from coursebuilder.models import STAGES, GenerationEvent, GenerationRun, GenerationStep
 from extensions import db
 from tenancy.models import Tenant
@@ -72,7 +72,7 @@ def assert_run_was_clean(run: GenerationRun, lessons: int, quizzes: int) -> None
     steps = list(
         db.session.execute(select(GenerationStep).where(GenerationStep.run_id == run.id)).scalars()
     )
-    expected = {stage: len(service.plan(stage, run.options)) for stage in STAGES}
+    expected = {stage: len(stages.plan(stage, run.options)) for stage in STAGES}
     assert Counter(s.stage for s in steps) == Counter({k: v for k, v in expected.items() if v})
     assert expected["quizzes"] == quizzes and expected["lessons"] == lessons
     assert all(s.status == "completed" and s.attempts == 1 for s in steps)
@@ -99,10 +99,10 @@ def test_runs_finish_with_each_stage_opened_and_closed_once_under_n_consumers(
             db.session.add(Tenant(id=1, name="Acme"))
             db.session.commit()
             fake = {"latency_ms": LATENCY_MS}
-            full = service.start(
+            full = stages.start(
                 1, "Soil science", lessons=4, quizzes=5, concurrency=CONCURRENCY, fake=fake
             )
-            no_quizzes = service.start(
+            no_quizzes = stages.start(
                 1, "Tides", lessons=3, quizzes=0, concurrency=CONCURRENCY, fake=fake
             )
             for _ in range(processes):

@@ -7,7 +7,8 @@ import signal
 import pytest
 from sqlalchemy import select
 
-from coursebuilder import service
+from coursebuilder import stages
+from coursebuilder import steps as builder_steps
 from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
 from tenancy.models import Tenant
@@ -38,7 +39,7 @@ def finished(run_uuid: str) -> GenerationRun:
 def test_a_step_interrupted_by_sigterm_is_queued_again_and_run_by_the_next_consumer(ctx, consumers):
     db.session.add(Tenant(id=9, name="Hooli"))
     db.session.commit()
-    run_uuid = service.start(
+    run_uuid = stages.start(
         9, "Handed back", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 1000}
     )
     first = consumers.start("builder", workers=1)
@@ -65,7 +66,7 @@ def test_a_step_whose_consumer_was_killed_is_recovered_by_the_sweep(ctx, consume
 
     db.session.add(Tenant(id=9, name="Hooli"))
     db.session.commit()
-    run_uuid = service.start(
+    run_uuid = stages.start(
         9, "Killed", lessons=1, quizzes=0, concurrency=1, fake={"latency_ms": 1000}
     )
     first = consumers.start("builder", workers=1)
@@ -78,10 +79,10 @@ def test_a_step_whose_consumer_was_killed_is_recovered_by_the_sweep(ctx, consume
     assert step("outline-1").status == "running"
 
     # Nothing is recovered before the step could still be alive...
-    assert service.recover() == 0
+    assert builder_steps.recover() == 0
     # ...and once it has outlived its hard timeout, the sweep queues it again.
-    later = utcnow() + timedelta(minutes=service.STEP_STUCK_AFTER_MINUTES + 1)
-    assert service.recover(later) == 1
+    later = utcnow() + timedelta(minutes=builder_steps.STEP_STUCK_AFTER_MINUTES + 1)
+    assert builder_steps.recover(later) == 1
     consumers.start("builder", workers=1)
     run = finished(run_uuid)
     assert run.status == "completed", run.failure_reason

@@ -90,19 +90,19 @@ def test_a_paused_type_waits_before_a_live_consumer_and_runs_on_resume(ctx, cons
     # The consumer takes every job from the queue and the gate turns each away.
     wait_for(lambda: console.waiting_count("tasks") == 0, timeout=30, message="queue drained")
     db.session.rollback()
-    counts = ledger.run_counts(ledger.get_run(handle.uuid))
+    counts = ledger.runs.run_counts(ledger.runs.get_run(handle.uuid))
     assert (counts["pending"], counts["completed"]) == (20, 0)
 
     assert runner.resume("diagnostics.probe") == 20
     wait_for(
-        lambda: (db.session.rollback(), ledger.get_run(handle.uuid).status)[1] == "completed",
+        lambda: (db.session.rollback(), ledger.runs.get_run(handle.uuid).status)[1] == "completed",
         timeout=60,
         message="the run to finish after the resume",
     )
     db.session.rollback()
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     assert run.units_completed == 20
-    attempts = {u["attempts"] for u in ledger.run_units_page(run, limit=100).items}
+    attempts = {u["attempts"] for u in ledger.runs.run_units_page(run, limit=100).items}
     assert attempts == {1}  # the paused time spent no try
 
 

@@ -37,12 +37,12 @@ def io_ctx(make_app, tmp_path):
 
 def counts(run_uuid: str) -> dict[str, int]:
     db.session.rollback()
-    return run_report(ledger.get_run(run_uuid))["units"]
+    return run_report(ledger.runs.get_run(run_uuid))["units"]
 
 
 def closed(run_uuid: str) -> bool:
     db.session.rollback()
-    return ledger.get_run(run_uuid).status != "running"
+    return ledger.runs.get_run(run_uuid).status != "running"
 
 
 def test_vendor_units_are_routed_to_the_io_queue(io_ctx):
@@ -63,15 +63,15 @@ def test_the_io_lane_runs_units_side_by_side_and_closes_the_run_once(io_ctx):
     )
     wait_for(lambda: closed(handle.uuid), timeout=60, message="the run to close")
 
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     assert (run.status, run.units_completed, run.units_failed) == (
         "completed_with_failures",
         22,
         2,
     )
-    assert {u["attempts"] for u in ledger.run_units_page(run, limit=50).items} == {1}
-    assert ledger.count_events("tasks.run.failed", run) == 1
-    assert ledger.count_events("tasks.unit.failed", run) == 2
+    assert {u["attempts"] for u in ledger.runs.run_units_page(run, limit=50).items} == {1}
+    assert ledger.runs.count_events("tasks.run.failed", run) == 1
+    assert ledger.runs.count_events("tasks.unit.failed", run) == 2
 
 
 def test_sigterm_on_the_io_lane_hands_every_running_unit_back(io_ctx):
@@ -93,11 +93,11 @@ def test_sigterm_on_the_io_lane_hands_every_running_unit_back(io_ctx):
 
     io_ctx.start("io", workers=THREADS, worker_type="thread")
     wait_for(lambda: closed(handle.uuid), timeout=90, message="the run to close")
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 20)
     assert run_report(run)["units"]["stale"] == 0
-    assert ledger.run_actions(run) == []  # nobody had to retry anything
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.run_actions(run) == []  # nobody had to retry anything
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
 
 
 @pytest.mark.chaos
@@ -119,7 +119,9 @@ def test_a_killed_io_consumer_leaves_its_units_as_worker_lost_and_a_retry_closes
         timeout=30,
         message="the killed threads' units found as worker lost",
     )
-    stale = ledger.run_units_page(ledger.get_run(handle.uuid), stale_only=True, limit=50).items
+    stale = ledger.runs.run_units_page(
+        ledger.runs.get_run(handle.uuid), stale_only=True, limit=50
+    ).items
     assert {u["stale_reason"] for u in stale} == {"worker lost"}
     io_ctx.start("io", workers=THREADS, worker_type="thread")
     # What was still queued runs; the lost units wait for the operator's retry.
@@ -130,6 +132,6 @@ def test_a_killed_io_consumer_leaves_its_units_as_worker_lost_and_a_retry_closes
     )
     assert runner.retry_stale()[0] == THREADS
     wait_for(lambda: closed(handle.uuid), timeout=60, message="the run to close")
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 16)
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1

@@ -44,7 +44,7 @@ def forwarded(document: Document) -> bool:
 
 def the_run(document: Document):
     db.session.rollback()
-    [run] = ledger.single_runs(FORWARD, f"document-{document.uuid}")
+    [run] = ledger.single_jobs.single_runs(FORWARD, f"document-{document.uuid}")
     return run
 
 
@@ -56,7 +56,7 @@ def test_a_503_is_retried_by_the_consumer_after_its_delay_and_the_run_completes(
 
     wait_for(lambda: forwarded(document), timeout=30, message="the document to be forwarded")
     wait_for(lambda: the_run(document).status == "completed", timeout=10, message="the run")
-    [unit] = ledger.run_units_page(the_run(document)).items
+    [unit] = ledger.runs.run_units_page(the_run(document)).items
     assert (unit["status"], unit["attempts"], unit["last_error"]) == ("completed", 2, None)
     assert len(provider.requests) == 2
 
@@ -71,13 +71,13 @@ def test_sigterm_mid_attempt_enqueues_the_same_dispatch_again_and_it_completes(p
     first.send_signal(signal.SIGTERM)
     first.wait(timeout=30)
     run = the_run(document)
-    [unit] = ledger.run_units_page(run).items
+    [unit] = ledger.runs.run_units_page(run).items
     assert (run.status, unit["status"]) == ("running", "pending")
 
     pool.start("default", workers=1)
     wait_for(lambda: the_run(document).status == "completed", timeout=30, message="the run")
     run = the_run(document)  # the same run: the dispatch was re-found by its Huey id
-    [unit] = ledger.run_units_page(run).items
+    [unit] = ledger.runs.run_units_page(run).items
     assert (unit["status"], unit["attempts"]) == ("completed", 2)
     assert forwarded(document)
     assert "handed back on shutdown" in pool.logs()

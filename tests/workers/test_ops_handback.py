@@ -34,12 +34,12 @@ def ops_ctx(make_app, tmp_path):
 
 def counts(run_uuid: str) -> dict[str, int]:
     db.session.rollback()
-    return run_report(ledger.get_run(run_uuid))["units"]
+    return run_report(ledger.runs.get_run(run_uuid))["units"]
 
 
 def run_status(run_uuid: str) -> str:
     db.session.rollback()
-    return ledger.get_run(run_uuid).status
+    return ledger.runs.get_run(run_uuid).status
 
 
 def test_sigterm_mid_run_hands_units_back_and_a_new_consumer_completes_them_all(ops_ctx):
@@ -62,10 +62,10 @@ def test_sigterm_mid_run_hands_units_back_and_a_new_consumer_completes_them_all(
 
     ops_ctx.start("tasks", workers=2, **EXTRA_MODULES)
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=60, message="the run to close")
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     detail = run_report(run)
     assert (run.status, run.units_completed, run.units_failed) == ("completed", 20, 0)
     assert detail["units"]["stale"] == 0
-    assert ledger.run_actions(run) == []  # no retry: nobody had to do anything
-    assert ledger.count_events("tasks.unit.stuck", run) == 0
-    assert ledger.count_events("tasks.run.completed", run) == 1
+    assert ledger.runs.run_actions(run) == []  # no retry: nobody had to do anything
+    assert ledger.runs.count_events("tasks.unit.stuck", run) == 0
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1

@@ -27,8 +27,8 @@ def ops_ctx(make_app, tmp_path):
 
 def unit(run_uuid: str) -> dict:
     db.session.rollback()
-    detail = run_report(ledger.get_run(run_uuid))
-    [only] = ledger.run_units_page(ledger.get_run(run_uuid)).items
+    detail = run_report(ledger.runs.get_run(run_uuid))
+    [only] = ledger.runs.run_units_page(ledger.runs.get_run(run_uuid)).items
     stale = {u["unit_key"]: u for u in detail["stale_units"]}
     return stale.get(only["unit_key"], only)
 
@@ -53,17 +53,17 @@ def test_a_killed_worker_is_found_lost_while_a_long_unit_on_a_live_worker_waits_
         message="the killed worker's unit to be found lost",
     )
     assert unit(long)["stale"] is False
-    assert ledger.mark_stuck() == 1
+    assert ledger.sweeps.mark_stuck() == 1
 
     wait_for(
         lambda: unit(long)["stale_reason"] == "running too long",
         timeout=15,
         message="the long unit to pass its threshold",
     )
-    assert ledger.mark_stuck() == 1
-    assert ledger.mark_stuck() == 0
-    assert ledger.count_events("tasks.unit.stuck", ledger.get_run(lost)) == 1
-    assert ledger.count_events("tasks.unit.stuck", ledger.get_run(long)) == 1
+    assert ledger.sweeps.mark_stuck() == 1
+    assert ledger.sweeps.mark_stuck() == 0
+    assert ledger.runs.count_events("tasks.unit.stuck", ledger.runs.get_run(lost)) == 1
+    assert ledger.runs.count_events("tasks.unit.stuck", ledger.runs.get_run(long)) == 1
 
     wait_for(lambda: unit(long)["status"] == "completed", timeout=20, message="completion")
     assert unit(lost)["stale_reason"] == "worker lost"

@@ -45,7 +45,7 @@ def throttled(make_app, tmp_path):
 
 def run_status(run_uuid: str) -> str:
     db.session.rollback()
-    return ledger.get_run(run_uuid).status
+    return ledger.runs.get_run(run_uuid).status
 
 
 def test_a_type_limited_to_30_per_window_runs_90_units_without_spending_tries(throttled):
@@ -54,8 +54,8 @@ def test_a_type_limited_to_30_per_window_runs_90_units_without_spending_tries(th
     handle = runner.start(THROTTLED, {"units": 90}, "test")
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=90, message="the run to end")
 
-    run = ledger.get_run(handle.uuid)
-    units = ledger.run_units_page(run, limit=100).items
+    run = ledger.runs.get_run(handle.uuid)
+    units = ledger.runs.run_units_page(run, limit=100).items
     assert (run.status, run.units_completed, run.units_failed) == ("completed", 90, 0)
     assert {u["attempts"] for u in units} == {1}
     # At most 30 units may start per window, so 90 units span at least three windows.
@@ -72,8 +72,8 @@ def test_a_tiny_drain_horizon_fails_the_throttled_tail_as_expired_and_the_run_cl
     handle = runner.start(THROTTLED, {"units": 90}, "test")
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=60, message="the run to end")
 
-    run = ledger.get_run(handle.uuid)
-    units = ledger.run_units_page(run, limit=100).items
+    run = ledger.runs.get_run(handle.uuid)
+    units = ledger.runs.run_units_page(run, limit=100).items
     completed = [u for u in units if u["status"] == "completed"]
     expired = [u for u in units if u["status"] == "failed"]
     assert len(completed) + len(expired) == 90
@@ -85,7 +85,7 @@ def test_a_tiny_drain_horizon_fails_the_throttled_tail_as_expired_and_the_run_cl
     assert {u["attempts"] for u in expired} == {0}
     assert {u["attempts"] for u in completed} <= {1}
     assert run.status == ("completed_with_failures" if completed else "failed")
-    assert ledger.count_events("tasks.unit.failed", run) == len(expired)
+    assert ledger.runs.count_events("tasks.unit.failed", run) == len(expired)
 
 
 def _window(started_at: str) -> int:

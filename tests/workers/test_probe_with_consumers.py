@@ -16,7 +16,7 @@ pytestmark = pytest.mark.workers
 
 def run_status(run_uuid: str) -> str:
     db.session.rollback()
-    return ledger.get_run(run_uuid).status
+    return ledger.runs.get_run(run_uuid).status
 
 
 def test_a_thousand_unit_probe_run_ends_with_exact_counts_and_no_secret(ctx, consumers):
@@ -28,14 +28,14 @@ def test_a_thousand_unit_probe_run_ends_with_exact_counts_and_no_secret(ctx, con
     )
     wait_for(lambda: run_status(handle.uuid) != "running", timeout=120, message="run to close")
 
-    run = ledger.get_run(handle.uuid)
+    run = ledger.runs.get_run(handle.uuid)
     # Domain failures: multiples of 10 (100). Vendor: multiples of 7 but not 10 (142 - 14).
     assert run.status == "completed_with_failures"
     assert (run.units_total, run.units_failed, run.units_completed) == (1000, 228, 772)
-    assert ledger.count_events("tasks.run.completed", run) == 0
-    assert ledger.count_events("tasks.run.failed", run) == 1
-    assert ledger.count_events("tasks.unit.failed", run) == 228
-    vendor = ledger.run_units_page(run, status="failed", limit=1000).items
+    assert ledger.runs.count_events("tasks.run.completed", run) == 0
+    assert ledger.runs.count_events("tasks.run.failed", run) == 1
+    assert ledger.runs.count_events("tasks.unit.failed", run) == 228
+    vendor = ledger.runs.run_units_page(run, status="failed", limit=1000).items
     reasons = {u["last_error"] for u in vendor}
     vendor_reasons = [r for r in reasons if r.startswith("unhandled")]
     assert len(vendor_reasons) == 128, "one error reference per failed unit"
@@ -66,7 +66,7 @@ def test_four_workers_finishing_together_close_each_run_exactly_once(ctx, consum
             lambda h=handle: run_status(h.uuid) != "running", timeout=60, message="run to close"
         )
     for handle in handles:
-        run = ledger.get_run(handle.uuid)
+        run = ledger.runs.get_run(handle.uuid)
         assert (run.status, run.units_completed) == ("completed", 4)
-        assert ledger.count_events("tasks.run.completed", run) == 1
-        assert ledger.count_events("tasks.run.failed", run) == 0
+        assert ledger.runs.count_events("tasks.run.completed", run) == 1
+        assert ledger.runs.count_events("tasks.run.failed", run) == 0

@@ -89,7 +89,7 @@ def test_a_failing_statement_unit_fails_the_request_with_the_redacted_reason(app
     with app.app_context():
         [run] = wait_for(closed_runs, timeout=30, message="the run to close")
         assert run.status == "failed"
-        [unit] = ledger.run_units_page(run, status="failed").items
+        [unit] = ledger.runs.run_units_page(run, status="failed").items
         assert unit["last_error"] == reason
         for table in db.metadata.sorted_tables:
             for row in db.session.execute(table.select()).all():
@@ -102,4 +102,4 @@ def test_a_failing_statement_unit_fails_the_request_with_the_redacted_reason(app
 
 def closed_runs() -> list:
     db.session.rollback()
-    return [run for run in ledger.runs_page(type_=TYPE).items if run.status != "running"]
+    return [run for run in ledger.runs.runs_page(type_=TYPE).items if run.status != "running"]

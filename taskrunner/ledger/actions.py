@@ -5,45 +5,36 @@ Each checks its preconditions under the run lock and records who did it.
 
 from __future__ import annotations
 
-import uuid as uuid_lib
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
-from taskrunner.ledger.base import LedgerBase
 from taskrunner.ledger.errors import folded_reason
-from taskrunner.ledger.records import ACTIVE, Dispatch, new_token, redispatched
+from taskrunner.ledger.records import (
+    ACTIVE,
+    Actor,
+    Dispatch,
+    new_token,
+    not_deleted,
+    redispatched,
+)
 from taskrunner.ledger.stale_rules import paused_type_names, stale_cutoffs, stale_filter
+from taskrunner.ledger.writes import Writes
 from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunStatus, UnitStatus
 
 
-class OperatorActions(LedgerBase):
+class OperatorActions:
     """Retry, cancel, pause and resume: what an operator does to runs and types."""
 
-    def _lock_live_run(self, run_uuid: str) -> TaskRun:
-        """Lock a run that is not deleted, by uuid, and read it under the lock.
-
-        Every precondition of an operator action is checked on what this returns: a
-        check made before the lock may be stale by the time the lock is granted.
-        """
-        try:
-            uuid_lib.UUID(run_uuid)
-        except (ValueError, AttributeError, TypeError):
-            raise Refused(f"no run {run_uuid}") from None
-        stmt = select(TaskRun).where(TaskRun.uuid == run_uuid, TaskRun.deleted_at.is_(None))
-        if not is_sqlite(self.session):
-            stmt = stmt.with_for_update(key_share=True)  # see _lock_run
-        run = self.session.execute(
-            stmt.execution_options(populate_existing=True)
-        ).scalar_one_or_none()
-        if run is None:
-            raise Refused(f"no run {run_uuid}")
-        return run
+    def __init__(self, session: Session, writes: Writes) -> None:
+        self.session = session
+        self.writes = writes
 
     def count_retryable(
         self,
@@ -79,7 +70,7 @@ class OperatorActions(LedgerBase):
         stale = stale_filter(
             stale_cutoffs(run.type, now or utcnow(), paused_type_names(self.session))
         )
-        clauses = [TaskRunUnit.task_run_id == run.id, TaskRunUnit.deleted_at.is_(None)]
+        clauses = [TaskRunUnit.task_run_id == run.id, not_deleted(TaskRunUnit)]
         if unit_keys is not None:
             clauses.append(TaskRunUnit.unit_key.in_([k[:191] for k in unit_keys]))
         if reason is not None:
@@ -102,9 +93,7 @@ class OperatorActions(LedgerBase):
         self,
         run_uuid: str,
         failed_only: bool,
-        actor: str,
-        source: str,
-        address: str | None,
+        actor: Actor,
         stale_only: bool = False,
         reason: str | None = None,
         unit_keys: Iterable[str] | None = None,
@@ -118,8 +107,8 @@ class OperatorActions(LedgerBase):
         """
         token = new_token()
         keys = sorted({k[:191] for k in unit_keys}) if unit_keys is not None else None
-        with self._transition():
-            run = self._lock_live_run(run_uuid)
+        with self.writes.transition():
+            run = self.writes.lock_live_run(run_uuid)
             if (run.context or {}).get("dispatch_uuid"):
                 raise Refused(
                     f"run {run.uuid} is a single tracked job ({run.type}); its retries "
@@ -151,7 +140,7 @@ class OperatorActions(LedgerBase):
                 raise Refused(f"run {run.uuid} has nothing to retry")
             run.status = RunStatus.RUNNING
             run.finished_at = None
-            run.updated_by = actor
+            run.updated_by = actor.name
             detail: dict[str, Any] = {
                 "failed_only": failed_only,
                 "stale_only": stale_only,
@@ -162,19 +151,17 @@ class OperatorActions(LedgerBase):
             if keys is not None:
                 # The audit names what was asked for (capped: a selection is a page at most).
                 detail["unit_keys"] = keys[:200]
-            self._record_action(run.id, "retry", actor, source, address, detail)
+            self.writes.record_action(run.id, "retry", actor, detail)
         return Dispatch(run.id, run.uuid, run.type, token, count)
 
-    def cancel(
-        self, run_uuid: str, actor: str, source: str, address: str | None
-    ) -> tuple[list[tuple[int, str]], int]:
+    def cancel(self, run_uuid: str, actor: Actor) -> tuple[list[tuple[int, str]], int]:
         """Cancel a running run: its pending and running units are skipped.
 
         Returns (unit id, dispatch token) of the units whose queued jobs can be revoked,
         and how many units were skipped.
         """
-        with self._transition() as outbox:
-            run = self._lock_live_run(run_uuid)
+        with self.writes.transition() as outbox:
+            run = self.writes.lock_live_run(run_uuid)
             if run.status != RunStatus.RUNNING:
                 raise Refused(f"run {run.uuid} is {run.status}, not running")
             queued = [
@@ -183,7 +170,7 @@ class OperatorActions(LedgerBase):
                     select(TaskRunUnit.id, TaskRunUnit.dispatch_token).where(
                         TaskRunUnit.task_run_id == run.id,
                         TaskRunUnit.status == UnitStatus.PENDING,
-                        TaskRunUnit.deleted_at.is_(None),
+                        not_deleted(TaskRunUnit),
                     )
                 )
             ]
@@ -193,7 +180,7 @@ class OperatorActions(LedgerBase):
                 .where(
                     TaskRunUnit.task_run_id == run.id,
                     TaskRunUnit.status.in_(ACTIVE),
-                    TaskRunUnit.deleted_at.is_(None),
+                    not_deleted(TaskRunUnit),
                 )
                 .values(
                     status=UnitStatus.SKIPPED,
@@ -203,16 +190,14 @@ class OperatorActions(LedgerBase):
                 )
                 .execution_options(synchronize_session=False)
             ).rowcount
-            run.updated_by = actor
-            self._record_action(
-                run.id, "cancel", actor, source, address, {"units_skipped": skipped}
-            )
-            self._close(run, self._counts(run.id), RunStatus.CANCELLED, outbox)
+            run.updated_by = actor.name
+            self.writes.record_action(run.id, "cancel", actor, {"units_skipped": skipped})
+            self.writes.close(run, self.writes.counts(run.id), RunStatus.CANCELLED, outbox)
         return queued, skipped
 
     # -- paused task types ---------------------------------------------------------
 
-    def pause_type(self, type_: str, actor: str, source: str, address: str | None) -> bool:
+    def pause_type(self, type_: str, actor: Actor) -> bool:
         """Pause a task type: the gate lets none of its units through until it is resumed.
 
         Units already running finish their attempt. Returns False if it was paused already.
@@ -220,13 +205,11 @@ class OperatorActions(LedgerBase):
         with write_transaction(self.session):
             if self.session.get(TaskTypePause, type_) is not None:
                 return False
-            self.session.add(TaskTypePause(type=type_, paused_by=actor))
-            self._record_action(None, "pause", actor, source, address, {"type": type_})
+            self.session.add(TaskTypePause(type=type_, paused_by=actor.name))
+            self.writes.record_action(None, "pause", actor, {"type": type_})
         return True
 
-    def resume_type(
-        self, type_: str, actor: str, source: str, address: str | None
-    ) -> list[Dispatch] | None:
+    def resume_type(self, type_: str, actor: Actor) -> list[Dispatch] | None:
         """Resume a paused type: its waiting units get a new dispatch, in one transaction.
 
         Jobs of the paused time found the gate closed and left their units pending;
@@ -245,7 +228,7 @@ class OperatorActions(LedgerBase):
                 select(TaskRun.id, TaskRun.uuid).where(
                     TaskRun.type == type_,
                     TaskRun.status == RunStatus.RUNNING,
-                    TaskRun.deleted_at.is_(None),
+                    not_deleted(TaskRun),
                 )
             ).all()
             for run_id, run_uuid in runs:
@@ -255,21 +238,15 @@ class OperatorActions(LedgerBase):
                     .where(
                         TaskRunUnit.task_run_id == run_id,
                         TaskRunUnit.status == UnitStatus.PENDING,
-                        TaskRunUnit.deleted_at.is_(None),
+                        not_deleted(TaskRunUnit),
                     )
                     .values(**redispatched(token, now))
                     .execution_options(synchronize_session=False)
                 ).rowcount
                 if count:
                     dispatches.append(Dispatch(run_id, run_uuid, type_, token, count))
-            self._record_action(
-                None,
-                "resume",
-                actor,
-                source,
-                address,
-                {"type": type_, "units": sum(d.count for d in dispatches)},
-            )
+            units = sum(d.count for d in dispatches)
+            self.writes.record_action(None, "resume", actor, {"type": type_, "units": units})
         return dispatches
 
     def paused_types(self) -> dict[str, TaskTypePause]:

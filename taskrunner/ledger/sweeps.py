@@ -9,29 +9,35 @@ from typing import Any
 
 from flask import current_app
 from sqlalchemy import exists, select, update
+from sqlalchemy.orm import Session
 
 from database import utcnow
 from taskrunner import events as ev
-from taskrunner.ledger.base import LedgerBase
 from taskrunner.ledger.hot import NOT_PAUSED
-from taskrunner.ledger.records import ACTIVE, EXPIRED
+from taskrunner.ledger.records import ACTIVE, EXPIRED, not_deleted
 from taskrunner.ledger.stale_rules import (
     joined_cutoffs,
     lost_cutoff,
     stale_filter,
     stale_reason,
 )
+from taskrunner.ledger.transitions import Transitions
+from taskrunner.ledger.writes import Writes
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.types import RunStatus, UnitStatus
 
 
-class StuckSweep(LedgerBase):
-    """The stuck sweep and the drain horizon (SPEC §7, §10).
+class StuckSweep:
+    """The stuck sweep and the drain horizon (docs/operations.md: stale units, throttling).
 
     ``now`` (default: the clock) is the moment the sweep judges by: a test passes one
-    instead of waiting for a threshold to pass. Closing a run is ``finalize``
-    (``Transitions``), which the composed ledger has.
+    instead of waiting for a threshold to pass. It closes runs through ``finalize``.
     """
+
+    def __init__(self, session: Session, writes: Writes, transitions: Transitions) -> None:
+        self.session = session
+        self.writes = writes
+        self.transitions = transitions
 
     def mark_stuck(self, limit: int = 1000, now: datetime | None = None) -> int:
         """The stuck sweep: emit ``tasks.unit.stuck`` once per stale episode.
@@ -47,7 +53,7 @@ class StuckSweep(LedgerBase):
                 break
         while expired := self.expire_beyond_horizon(limit, now):
             for run_id in expired:
-                self.finalize(run_id)
+                self.transitions.finalize(run_id)
         self.close_settled_runs(now=now)
         return total
 
@@ -62,13 +68,13 @@ class StuckSweep(LedgerBase):
         active = exists().where(
             TaskRunUnit.task_run_id == TaskRun.id,
             TaskRunUnit.status.in_(ACTIVE),
-            TaskRunUnit.deleted_at.is_(None),
+            not_deleted(TaskRunUnit),
         )
         settled = self.session.execute(
             select(TaskRun.id, TaskRun.uuid)
             .where(
                 TaskRun.status == RunStatus.RUNNING,
-                TaskRun.deleted_at.is_(None),
+                not_deleted(TaskRun),
                 TaskRun.started_at < lost_cutoff(now or utcnow()),
                 ~active,
             )
@@ -76,12 +82,12 @@ class StuckSweep(LedgerBase):
             .limit(limit)
         ).all()
         self.session.rollback()
-        return [row.uuid for row in settled if self.finalize(row.id) is not None]
+        return [row.uuid for row in settled if self.transitions.finalize(row.id) is not None]
 
     def _mark_stuck_batch(self, limit: int, now: datetime | None = None) -> int:
         now = now or utcnow()
         cut = joined_cutoffs(self.session, now)
-        with self._transition() as outbox:
+        with self.writes.transition() as outbox:
             # The reason is filtered in SQL: a huge run's healthy pending units must not
             # fill the batch and hide the stale ones behind them.
             stale = self.session.execute(
@@ -97,7 +103,7 @@ class StuckSweep(LedgerBase):
                 .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
                 .where(
                     TaskRunUnit.stuck_notified_at.is_(None),
-                    TaskRunUnit.deleted_at.is_(None),
+                    not_deleted(TaskRunUnit),
                     TaskRun.status == RunStatus.RUNNING,
                     stale_filter(cut),
                 )
@@ -121,7 +127,7 @@ class StuckSweep(LedgerBase):
                 )
                 stale = [row for row in stale if row.id in marked]
             for row in stale:
-                self._emit(
+                self.writes.emit(
                     outbox,
                     ev.UnitStuck(row.uuid, row.type, row.unit_key, row.tenant_id, row.reason),
                     row.run_id,
@@ -146,7 +152,7 @@ class StuckSweep(LedgerBase):
             select(TaskRunUnit.id)
             .where(
                 TaskRunUnit.status == UnitStatus.PENDING,
-                TaskRunUnit.deleted_at.is_(None),
+                not_deleted(TaskRunUnit),
                 TaskRunUnit.queued_at < cutoff,
                 exists().where(TaskRun.id == TaskRunUnit.task_run_id, NOT_PAUSED),
             )
@@ -157,7 +163,7 @@ class StuckSweep(LedgerBase):
         )
 
     def _expire_where(self, *where: Any, now: datetime | None = None) -> list[int]:
-        with self._transition() as outbox:
+        with self.writes.transition() as outbox:
             now = now or utcnow()
             # A paused type's units wait for the resume, however long it takes.
             unpaused = exists().where(TaskRun.id == TaskRunUnit.task_run_id, NOT_PAUSED)
@@ -182,7 +188,7 @@ class StuckSweep(LedgerBase):
                 .execution_options(synchronize_session=False)
             ).all()
             for run_id, key, tenant_id, attempts, run_uuid, type_ in rows:
-                self._emit(
+                self.writes.emit(
                     outbox,
                     ev.UnitFailed(run_uuid, type_, key, tenant_id, attempts, EXPIRED),
                     run_id,

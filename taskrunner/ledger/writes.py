@@ -1,8 +1,15 @@
-"""What every part of the ledger stands on: the session, one write transaction with
-its outbox, the run lock, the close of a run and the operator audit.
+"""What every writer of the ledger shares: one write transaction with its outbox, the run
+lock, the close of a run and the operator audit.
 
-Every transition is one transaction; the events it causes are written to the
-outbox inside it and delivered after the commit by the process that made it.
+Every transition is one transaction; the events it causes are written to the outbox
+inside it and delivered after the commit by the process that made it.
+
+The run lock: on PostgreSQL the run's row is read ``FOR NO KEY UPDATE``: run locks exclude
+each other, but not the key-share lock a transaction takes when it writes a row that
+references the run (a unit's event, a builder step), so a transition that holds such a
+row and then writes its event never deadlocks with one that holds the run and waits for
+that row. On SQLite the transaction starts with ``BEGIN IMMEDIATE``, the database write
+lock. A domain package locks its own runs with it (``run_lock``, through the contract).
 """
 
 from __future__ import annotations
@@ -20,30 +27,45 @@ from database import is_sqlite, iso, utcnow, write_transaction
 from extensions import db
 from taskrunner import delivery
 from taskrunner import events as ev
-from taskrunner.ledger.records import UNIT_COLUMNS
+from taskrunner.ledger.records import UNIT_COLUMNS, Actor, is_uuid, not_deleted
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.redaction import stored_payload
 from taskrunner.types import Refused, RunStatus, TaskUnit, UnitStatus
 
 
-class LedgerBase:
-    """The session, transactions and events, the run lock and close, shared by every part."""
+def lock_row(session: Session, model: Any, *where: Any) -> Any | None:
+    """Inside a write transaction: the one row of ``model`` matching ``where``, locked and
+    read under the lock (a row read before may be stale by the time the lock is granted);
+    None when there is none."""
+    stmt = select(model).where(*where)
+    if not is_sqlite(session):
+        stmt = stmt.with_for_update(key_share=True)
+    return session.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
 
-    @property
-    def session(self) -> Session:
-        return db.session
 
-    # -- transactions and events -------------------------------------------------
+@contextmanager
+def run_lock(model: Any, row_id: int) -> Iterator[Any | None]:
+    """One write transaction holding the lock of ``model``'s row ``row_id`` (None: gone);
+    it commits when the block ends, or rolls back if it raises."""
+    with write_transaction(db.session):
+        yield lock_row(db.session, model, model.id == row_id)
+
+
+class Writes:
+    """Transactions with their outbox, the run lock and close, the audit: for the writers."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
     @contextmanager
-    def _transition(self) -> Iterator[list[dict[str, Any]]]:
+    def transition(self) -> Iterator[list[dict[str, Any]]]:
         """One write transaction; events appended to the yielded list are delivered after commit."""
         outbox: list[dict[str, Any]] = []
         with write_transaction(self.session):
             yield outbox
-        self._deliver(outbox)
+        delivery.deliver(outbox)
 
-    def _emit(self, outbox: list[dict[str, Any]], event: ev.Event, run_id: int | None) -> None:
+    def emit(self, outbox: list[dict[str, Any]], event: ev.Event, run_id: int | None) -> None:
         row = {
             "event_id": str(uuid_lib.uuid4()),
             "name": event.name,
@@ -61,18 +83,7 @@ class LedgerBase:
             }
         )
 
-    def _deliver(self, outbox: list[dict[str, Any]]) -> None:
-        delivery.deliver(outbox)
-
-    def relay_events(self, older_than_seconds: int = 60, limit: int = 500) -> int:
-        """Deliver what a crashed process left undelivered, and retry refused deliveries."""
-        return delivery.relay(older_than_seconds, limit)
-
-    @staticmethod
-    def _event_dict(row: OutboxEvent) -> dict[str, Any]:
-        return delivery.event_dict(row)
-
-    def _insert_units(self, run_id: int, chunk: list[TaskUnit], token: str, now: datetime) -> None:
+    def insert_units(self, run_id: int, chunk: list[TaskUnit], token: str, now: datetime) -> None:
         rows = [(run_id, u.key, u.tenant_id, "pending", 0, token, now, now, now) for u in chunk]
         if is_sqlite(self.session):
             self.session.execute(
@@ -88,43 +99,44 @@ class LedgerBase:
 
     # -- the run lock and its close ----------------------------------------------------
 
-    def _lock_run(self, run_id: int) -> TaskRun | None:
-        """Lock the run row (SQLite: the write transaction already holds the database lock).
+    def lock_run(self, run_id: int) -> TaskRun | None:
+        """Lock the run row; None: the run was pruned."""
+        return lock_row(self.session, TaskRun, TaskRun.id == run_id)
 
-        ``FOR NO KEY UPDATE``: run locks exclude each other, but not the key-share lock
-        that writing an event of the run takes (its foreign key). A transition that holds
-        a unit row and then writes its event (a failure, the stuck sweep) would otherwise
-        deadlock with a cancel that holds the run and waits for that unit. None: the run
-        was pruned.
+    def lock_live_run(self, run_uuid: str) -> TaskRun:
+        """Lock a run that is not deleted, by uuid; ``Refused`` when there is none.
+
+        Every precondition of an operator action is checked on what this returns: a
+        check made before the lock may be stale by the time the lock is granted.
         """
-        stmt = select(TaskRun).where(TaskRun.id == run_id)
-        if not is_sqlite(self.session):
-            stmt = stmt.with_for_update(key_share=True)
-        return self.session.execute(
-            stmt.execution_options(populate_existing=True)
-        ).scalar_one_or_none()
+        run = None
+        if is_uuid(run_uuid):
+            run = lock_row(self.session, TaskRun, TaskRun.uuid == run_uuid, not_deleted(TaskRun))
+        if run is None:
+            raise Refused(f"no run {run_uuid}")
+        return run
 
-    def _counts(self, run_id: int) -> dict[str, int]:
+    def counts(self, run_id: int) -> dict[str, int]:
         rows = self.session.execute(
             select(TaskRunUnit.status, func.count())
-            .where(TaskRunUnit.task_run_id == run_id, TaskRunUnit.deleted_at.is_(None))
+            .where(TaskRunUnit.task_run_id == run_id, not_deleted(TaskRunUnit))
             .group_by(TaskRunUnit.status)
         ).all()
         counts = {str(s): 0 for s in UnitStatus}
         counts.update({status: n for status, n in rows})
         return counts
 
-    def _close_if_done(self, run_id: int, outbox: list[dict[str, Any]]) -> str | None:
+    def close_if_done(self, run_id: int, outbox: list[dict[str, Any]]) -> str | None:
         """Inside a transaction holding the run lock."""
         run = self.session.get(TaskRun, run_id)
         if run.status != RunStatus.RUNNING:
             return None
-        counts = self._counts(run_id)
+        counts = self.counts(run_id)
         if counts["pending"] or counts["running"]:
             return None
-        return self._close(run, counts, None, outbox)
+        return self.close(run, counts, None, outbox)
 
-    def _close(
+    def close(
         self,
         run: TaskRun,
         counts: dict[str, int],
@@ -158,44 +170,20 @@ class LedgerBase:
                 run.units_failed,
                 run.units_skipped,
             )
-        self._emit(outbox, event, run.id)
+        self.emit(outbox, event, run.id)
         return str(status)
 
-    # -- finding runs ------------------------------------------------------------------
-
-    def get_run(self, run_uuid: str) -> TaskRun:
-        run = self.find_run(run_uuid)
-        if run is None:
-            raise Refused(f"no run {run_uuid}")
-        return run
-
-    def find_run(self, run_uuid: str) -> TaskRun | None:
-        try:
-            uuid_lib.UUID(run_uuid)
-        except (ValueError, AttributeError, TypeError):
-            return None
-        return self.session.execute(
-            select(TaskRun).where(TaskRun.uuid == run_uuid, TaskRun.deleted_at.is_(None))
-        ).scalar_one_or_none()
-
-    # -- the operator audit ------------------------------------------------------------
-
-    def _record_action(
-        self,
-        run_id: int | None,
-        action: str,
-        actor: str,
-        source: str,
-        address: str | None,
-        detail: dict[str, Any],
+    def record_action(
+        self, run_id: int | None, action: str, actor: Actor, detail: dict[str, Any]
     ) -> None:
+        """The operator audit: who did what to which run (or type), from where."""
         self.session.add(
             OperatorAction(
                 task_run_id=run_id,
                 action=action,
-                actor=actor,
-                source=source,
-                address=address,
+                actor=actor.name,
+                source=actor.source,
+                address=actor.address,
                 detail=stored_payload(detail),
             )
         )

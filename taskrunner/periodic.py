@@ -1,10 +1,11 @@
-"""The runner's own periodic schedules: relay, stuck sweep, throughput roll-up, prune.
+"""The runner's own periodic tasks: relay, stuck sweep, throughput roll-up, prune.
 
-Every other package declares its own beside its code, through ``taskrunner.contract``
-(``periodic``, ``Cron``, ``Every``): the runner names none of them. All are enqueued
-by the ``default`` queue's consumer of the host that runs periodic tasks; every other
-consumer runs with periodic tasks off (``-n``). Each run claims its schedule slot first
-(``tasks.slots``), so a second host with periodic tasks on never runs a slot twice."""
+Declared like every package's (``periodic``, ``Cron``, ``Every``, which the contract
+hands to the others), beside the code they call. All are enqueued by the ``default``
+queue's consumer of the host that runs periodic tasks; every other consumer runs with
+periodic tasks off (``-n``). Each run claims its schedule slot first (``tasks.slots``),
+so a second host with periodic tasks on never runs a slot twice.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import logging
 
 from huey import crontab
 
+from taskrunner import delivery, runner
+from taskrunner.ledger import Actor, ledger
 from tasks.routing import periodic
 from tasks.schedules import Cron, Every
 
@@ -21,37 +24,28 @@ logger = logging.getLogger(__name__)
 @periodic("taskrunner.relay_events", Every("TASK_RUNNER_RELAY_SECONDS"), timeout=120)
 def relay_events() -> None:
     """Deliver outbox events a crashed process left undelivered; retry refused deliveries."""
-    from taskrunner.ledger import ledger
-
-    count = ledger.relay_events()
+    count = delivery.relay()
     if count:
         logger.info("Relayed %d undelivered events", count)
 
 
-# SPEC §10: every few minutes, hourly at most (a lost worker is found in minutes).
+# Every few minutes, hourly at most: a lost worker is found in minutes (docs/operations.md).
 @periodic("taskrunner.detect_stuck", Every("TASK_RUNNER_SWEEP_SECONDS"), timeout=300)
 def detect_stuck() -> None:
     """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""
-    from taskrunner.ledger import ledger
-
-    ledger.mark_stuck()
+    ledger.sweeps.mark_stuck()
 
 
 @periodic("taskrunner.roll_throughput", Every("TASK_RUNNER_THROUGHPUT_SECONDS"), timeout=120)
 def roll_throughput() -> None:
     """Units settled per minute and type, for the queues page: the minutes just ended."""
-    from taskrunner.ledger import ledger
-
-    ledger.roll_throughput()
+    ledger.throughput.roll()
 
 
 @periodic("taskrunner.prune", Cron(crontab(minute="17", hour="3")), timeout=1800)
 def prune() -> None:
     """Daily: delete terminal runs older than the retention, and the queues' leftovers."""
-    from taskrunner.runner import Actor
-    from taskrunner.runner import prune as prune_runs
-
-    report = prune_runs(actor=Actor("schedule"))
+    report = runner.prune(actor=Actor("schedule"))
     logger.info(
         "Pruned %d runs, %d units, %d queue leftovers", report.runs, report.units, report.queue_keys
     )

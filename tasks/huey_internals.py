@@ -1,0 +1,318 @@
+"""Every Huey internal the project relies on, in one place.
+
+Huey's public API (``task``, ``enqueue``, ``signal``, ``rate_limit``, ``revoke_by_id``,
+its exceptions and ``crontab``) is used wherever it is needed. What is not public is
+used here only, each reliance with its own test in ``tests/unit/test_huey_internals.py``
+run on the version ``pyproject.toml`` pins (``huey>=3.5.4,<3.6``: what CI installs and
+proves), so an upgrade that breaks one fails that test, not a consumer in production:
+
+- ``enqueue_many``: ``Huey.enqueue``'s steps (``Task.resolve_expires``, ``Huey._emit``,
+  ``Huey.serialize_task``), and a Redis storage that writes through its ``conn``;
+- ``SlottedPeriodicTask``: ``Huey.read_periodic`` asks each periodic task class
+  ``validate_datetime`` and enqueues that very instance, ``kwargs`` included;
+- ``serve_with``: ``huey_consumer`` builds its consumer with ``huey.create_consumer``;
+- ``check_periodic_every``: a scheduler checks the periodic schedules every
+  ``Scheduler.periodic_task_seconds``;
+- ``ObservedConsumer``: ``Consumer.run`` calls ``start`` once its workers may start, and
+  returns (or raises) when the consumer stops;
+- the stop signal (``STOP_HANDLER_MODULES``, ``watch_stop_signal``, ``tasks_in_flight``):
+  the SIGTERM handler a process worker gets (``ProcessEnvironment.init_child``) is a
+  function of ``huey.consumer``, installed before the worker's startup hooks run, and
+  interrupts only a worker whose ``Huey._tasks_in_flight`` is not empty;
+- the lean consumer (``LeanConsumer``): the loops of ``Worker`` and ``Scheduler``, and
+  how ``Consumer`` makes, checks and times out its processes;
+- the result store's key names (``REVOKE_PREFIX``, ``rate_limit_windows``, ``lock_prefix``).
+"""
+
+from __future__ import annotations
+
+import copy
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from huey import Huey
+from huey.api import PeriodicTask, Task
+from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
+from huey.signals import SIGNAL_ENQUEUED
+from huey.storage import RedisStorage
+
+# Where the handlers live that raise a worker's stop: Huey's, and the lean lanes' (here).
+STOP_HANDLER_MODULES = ("huey.consumer", __name__)
+REVOKE_PREFIX = "r:"
+_stop_signal_received = False
+
+
+def enqueue_many(huey: Huey, tasks: list[Task]) -> None:
+    """Enqueue a chunk of tasks as ``Huey.enqueue`` does each: on Redis in one round trip.
+
+    One LPUSH per task made dispatch a round trip per unit, slower than bare Huey's own
+    enqueue (bench/RESULTS.md). Each message is written by the storage's own ``enqueue``
+    on a pipeline that stands in for its connection, so a priority storage keeps each
+    task's priority and one without priorities refuses it, exactly as Huey would; a
+    consumer pops them in the order they were given.
+    """
+    storage = huey.storage
+    if huey.immediate or not isinstance(storage, RedisStorage) or not tasks:
+        for task in tasks:
+            huey.enqueue(task)
+        return
+    with storage.conn.pipeline(transaction=False) as pipe:
+        writer = copy.copy(storage)
+        writer.conn = pipe
+        for task in tasks:
+            if task.expires:
+                task.resolve_expires(huey.utc)
+            huey._emit(SIGNAL_ENQUEUED, task)
+            writer.enqueue(huey.serialize_task(task), task.priority)
+        pipe.execute()
+
+
+class SlottedPeriodicTask(PeriodicTask):
+    """A periodic task enqueued with the slots it is owed (its ``slots`` argument)."""
+
+    due_slots: Callable[[datetime], list[datetime]]  # set per task, as a task() setting
+
+    def validate_datetime(self, timestamp: datetime) -> bool:
+        # Huey asks each fresh periodic task instance whether it is due, then enqueues it:
+        # one job a check, carrying every slot that began since the scheduler's last one.
+        owed = self.due_slots(timestamp)
+        if not owed:
+            return False
+        self.kwargs = {"slots": [slot.isoformat() for slot in owed]}
+        return True
+
+
+def serve_with(huey: Huey, create_consumer: Callable[..., Consumer]) -> None:
+    """Make ``huey_consumer`` run the consumer ``create_consumer(**options)`` returns."""
+    huey.create_consumer = create_consumer
+
+
+def note_stop_signal() -> None:
+    """Record that this process was told to stop (from its stop signal's handler)."""
+    global _stop_signal_received
+    _stop_signal_received = True
+
+
+def stop_signal_received() -> bool:
+    return _stop_signal_received
+
+
+def watch_stop_signal() -> None:
+    """A process worker's startup hook: note SIGTERM before Huey's handler interrupts."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # thread workers are never interrupted by a signal
+    interrupt = signal.getsignal(signal.SIGTERM)
+    if not callable(interrupt) or getattr(interrupt, "notes_stop", False):
+        return
+
+    def on_stop(signum: int, frame: Any) -> None:
+        note_stop_signal()
+        interrupt(signum, frame)
+
+    on_stop.notes_stop = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGTERM, on_stop)
+
+
+def check_periodic_every(seconds: int) -> None:
+    """How often this process's schedulers check the periodic schedules (Huey: a minute)."""
+    Scheduler.periodic_task_seconds = seconds
+
+
+def tasks_in_flight(huey: Huey) -> bool:
+    """Whether a worker of this process is executing one of ``huey``'s tasks now."""
+    return bool(huey._tasks_in_flight)
+
+
+def rate_limit_windows(huey: Huey, keys: list[str], prefix: str) -> dict[str, str]:
+    """The windows of ``huey.rate_limit(name, …)`` for names starting with ``prefix``, among
+    result-store keys: window key -> the key of its counter."""
+    counter = f"{huey.name}.rl.{prefix}"
+    return {k: k.removesuffix(".w") for k in keys if k.startswith(counter) and k.endswith(".w")}
+
+
+def lock_prefix(huey: Huey) -> str:
+    """What the key of every ``huey.lock_task(name)`` starts with."""
+    return f"{huey.name}.lock."
+
+
+class Watcher(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class ObservedConsumer(Consumer):
+    """Huey's consumer that tells its ``watcher`` when it has started and when it stops."""
+
+    watcher: Watcher | None = None
+
+    def start(self) -> None:
+        super().start()
+        if self.watcher is not None:
+            self.watcher.start()
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            if self.watcher is not None:
+                self.watcher.stop()
+
+
+# -- the lean consumer: one process worker per lane of queues -------------------------
+
+
+class LaneWorker(Worker):
+    """One worker process that takes tasks from several queues, round robin."""
+
+    process_name = "LaneWorker"
+
+    def __init__(self, hueys: Sequence[Huey], stop_flag: Any, *delays: float) -> None:
+        self.hueys = list(hueys)
+        self._next = 0
+        super().__init__(self.hueys[0], stop_flag, *delays)
+
+    def initialize(self) -> None:
+        for huey in self.hueys:
+            if len(self.hueys) > 1:
+                # A blocking read would hold the lane on an empty queue while another waits.
+                huey.storage.blocking = False
+            self.huey = huey
+            super().initialize()
+        self.huey = self.hueys[0]
+
+    def shutdown(self) -> None:
+        for huey in self.hueys:
+            self.huey = huey
+            super().shutdown()
+
+    def loop(self, now: Any = None) -> None:
+        for offset in range(len(self.hueys)):
+            index = (self._next + offset) % len(self.hueys)
+            huey = self.hueys[index]
+            try:
+                task = huey.dequeue()
+            except Exception:
+                self._logger.exception("Error reading from queue %s", huey.name)
+                continue
+            if task is None:
+                continue
+            # The next pass starts after this queue, so no queue of the lane starves.
+            self._next = (index + 1) % len(self.hueys)
+            self.delay = self.default_delay
+            try:
+                huey.execute(task, now)
+            except Exception:
+                self._logger.exception("Unhandled error during execution of task %s.", task.id)
+            return
+        if not any(huey.storage.blocking for huey in self.hueys):
+            self.sleep()
+
+
+class LaneScheduler(Scheduler):
+    """Moves due scheduled tasks of every queue; enqueues periodic tasks of one queue."""
+
+    def __init__(
+        self, hueys: Sequence[Huey], stop_flag: Any, interval: int, periodic_huey: Huey | None
+    ) -> None:
+        self.hueys = list(hueys)
+        super().__init__(
+            periodic_huey or self.hueys[0], stop_flag, interval, periodic_huey is not None
+        )
+
+    def loop(self, now: Any = None) -> None:
+        current = self._next_loop
+        self._next_loop += self.interval
+        if self._next_loop < time.monotonic():
+            self._next_loop = time.monotonic()
+            return
+        for huey in self.hueys:
+            try:
+                due = huey.read_schedule(now)
+            except Exception:
+                self._logger.exception("Error reading schedule of %s.", huey.name)
+                continue
+            for task in due:
+                try:
+                    huey.enqueue(task)
+                except Exception:
+                    self._logger.exception("Error enqueueing %s.", task)
+        if self.periodic and self._next_periodic <= time.monotonic():
+            while self._next_periodic <= time.monotonic():
+                self._next_periodic += self.periodic_task_seconds
+            self.enqueue_periodic_tasks(now)
+        self.sleep_for_interval(current, self.interval)
+
+
+class LaneEnvironment(ProcessEnvironment):
+    def init_child(self, process: Any) -> None:
+        hueys = getattr(process, "hueys", [process.huey])
+
+        def interrupt(signum: int, frame: Any) -> None:
+            note_stop_signal()
+            # Same rule as Huey's: only a task in flight is interrupted (it is handed back).
+            if any(tasks_in_flight(huey) for huey in hueys):
+                raise KeyboardInterrupt
+
+        signal.signal(self.graceful, signal.SIG_IGN)
+        signal.signal(self.interrupt, interrupt)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+class LeanConsumer(ObservedConsumer):
+    """A Huey consumer whose process workers each serve a lane of queues."""
+
+    def __init__(
+        self, lanes: Sequence[Sequence[Huey]], periodic_huey: Huey | None, **options: Any
+    ) -> None:
+        self.lanes = [list(lane) for lane in lanes]
+        self.hueys = [huey for lane in self.lanes for huey in lane]
+        self.periodic_huey = periodic_huey
+        super().__init__(
+            self.hueys[0],
+            workers=0,
+            periodic=periodic_huey is not None,
+            worker_type="process",
+            **options,
+        )
+        for huey in self.hueys:
+            huey._timeout_handler = self.environment.timeout
+        self.workers = len(self.lanes)
+        self.worker_threads = [self._lane_process(i) for i in range(len(self.lanes))]
+
+    def get_environment(self, worker_type: str) -> ProcessEnvironment:
+        return LaneEnvironment(self._graceful_sig, self._interrupt_sig)
+
+    def _create_scheduler(self) -> LaneScheduler:
+        return LaneScheduler(
+            self.hueys, self.stop_flag, self.scheduler_interval, self.periodic_huey
+        )
+
+    def _lane_process(self, index: int) -> tuple[LaneWorker, Any]:
+        worker = LaneWorker(
+            self.lanes[index], self.stop_flag, self.default_delay, self.max_delay, self.backoff
+        )
+        return worker, self._create_process(worker, f"Lane-{index + 1}")
+
+    def start(self) -> None:
+        for huey in self.hueys[1:]:
+            huey.storage.close()  # forked children must not share a connection
+        super().start()
+
+    def check_worker_health(self) -> bool:
+        healthy = True
+        for index, (_worker, process) in enumerate(self.worker_threads):
+            if not self.environment.is_alive(process):
+                self._logger.warning("Lane %d worker died, restarting.", index + 1)
+                self.worker_threads[index] = self._lane_process(index)
+                self.worker_threads[index][1].start()
+                healthy = False
+        if not self.environment.is_alive(self.scheduler):
+            self._logger.warning("Scheduler died, restarting.")
+            self.scheduler = self._create_process(self._create_scheduler(), "Scheduler")
+            self.scheduler.start()
+        return healthy

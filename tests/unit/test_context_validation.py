@@ -1,0 +1,113 @@
+"""A run's context is checked by its task type before the run exists: a key missing,
+misspelt or of another kind is refused as a context error (one line in the CLI, a 400
+problem body on the web) and leaves no row; "dispatch failed" means a dispatch failed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import webtest
+from sqlalchemy import func, select
+
+from extensions import db
+from payments.statements import MonthlyStatementsTask
+from taskrunner import runner
+from taskrunner.contract import ContextError, check_context, start_run
+from taskrunner.models import TaskRun
+from tests.web.tenant_api_support import PERIOD, bearer, tenant_with_token
+
+
+def runs() -> int:
+    db.session.rollback()
+    return db.session.execute(select(func.count()).select_from(TaskRun)).scalar_one()
+
+
+@pytest.mark.parametrize(
+    ("type_", "context", "line"),
+    [
+        (
+            "diagnostics.probe",
+            {"unitz": 3},
+            "error: diagnostics.probe has no context key 'unitz' (it reads fail_every, "
+            "sleep_ms, units, vendor_fail_every)",
+        ),
+        (
+            "diagnostics.probe",
+            {"units": "three"},
+            "error: diagnostics.probe: the context key 'units' must be a whole number, not str",
+        ),
+        (
+            "diagnostics.probe",
+            {"units": 2, "fail_every": -1},
+            "error: diagnostics.probe: the context key 'fail_every' must not be negative",
+        ),
+        (
+            "diagnostics.vendor_probe",
+            {"units": 2.5},
+            "error: diagnostics.vendor_probe: the context key 'units' must be a whole number, "
+            "not float",
+        ),
+        (
+            "payments.monthly_statements",
+            {},
+            "error: payments.monthly_statements needs the context key 'period'",
+        ),
+        (
+            "payments.monthly_statements",
+            {"period": "2026-13"},
+            "error: payments.monthly_statements: period must be YYYY-MM, not '2026-13'",
+        ),
+        (
+            "payments.monthly_statements",
+            {"period": "2026-01", "tenant": 4},
+            "error: payments.monthly_statements has no context key 'tenant' (it reads "
+            "period, tenant_id)",
+        ),
+    ],
+)
+def test_the_cli_refuses_a_context_its_type_refuses_in_one_line_and_writes_no_run(
+    ctx, cli, type_, context, line
+):
+    result = cli.invoke(args=["tasks", "start", type_, "--context", json.dumps(context)])
+
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [line]
+    assert "dispatch failed" not in result.output and runs() == 0
+
+
+def test_code_that_starts_a_run_meets_the_same_check(ctx):
+    with pytest.raises(ContextError, match="needs the context key 'period'"):
+        start_run("payments.monthly_statements", {"tenant_id": 3})
+    with pytest.raises(ContextError, match="must be a whole number, not bool"):
+        runner.start("diagnostics.probe", {"units": True}, "test")
+    assert runs() == 0
+    assert runner.start("diagnostics.probe", {"units": 2, "sleep_ms": 0}, "test").units_total == 2
+
+
+def test_the_web_meets_the_same_check_and_answers_a_400_problem(app, monkeypatch):
+    """The tenant API starts a one-tenant statements run: a context its type refuses is the
+    tenant's 400 problem body, with no run."""
+
+    def refuse(self, context):
+        raise ContextError("payments.monthly_statements: refused for the test")
+
+    monkeypatch.setattr(MonthlyStatementsTask, "validate", refuse)
+    with app.app_context():
+        _tenant, token = tenant_with_token("Acme")
+    res = webtest.TestApp(app).post_json(
+        "/api/v1/statements/requests", {"period": PERIOD}, headers=bearer(token), status=400
+    )
+
+    assert res.content_type == "application/problem+json"
+    assert res.json["detail"] == "payments.monthly_statements: refused for the test"
+    with app.app_context():
+        assert runs() == 0
+
+
+def test_a_context_check_names_the_first_problem_it_finds():
+    check_context("t", {"a": 1, "b": "x"}, required={"a": int}, optional={"b": str})
+    with pytest.raises(ContextError, match="has no context key 'c'"):
+        check_context("t", {"a": 1, "c": 2}, required={"a": int})
+    with pytest.raises(ContextError, match="it reads no context"):
+        check_context("t", {"a": 1})

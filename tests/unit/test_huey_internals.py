@@ -1,0 +1,332 @@
+"""Each Huey internal the project relies on (``tasks/huey_internals.py``), checked against
+the installed Huey: an upgrade that changes one fails here, not in a consumer."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta
+from functools import partial
+from types import SimpleNamespace
+
+import pytest
+from huey import MemoryHuey, PriorityRedisHuey, RedisHuey, SqliteHuey, crontab
+from huey.bin import huey_consumer
+from huey.consumer import Consumer, ProcessEnvironment, Scheduler
+from huey.signals import SIGNAL_ENQUEUED, SIGNAL_INTERRUPTED, SIGNAL_TIMEOUT
+
+from database import utcnow
+from tasks import huey_internals as internals
+from tests.conftest import REDIS_URL, require_redis
+
+
+@pytest.fixture
+def restored_signals():
+    """Consumers and workers set signal handlers: the test process gets its own back."""
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)
+    saved = {signum: signal.getsignal(signum) for signum in stops}
+    yield
+    for signum, previous in saved.items():
+        signal.signal(signum, previous)
+
+
+@pytest.fixture
+def redis_huey():
+    """A Redis queue of its own name (so nothing else's keys are touched), flushed after."""
+    require_redis()
+    made = []
+
+    def make(cls=RedisHuey):
+        huey = cls(f"taskledger.test-internals-{uuid.uuid4().hex[:8]}", url=REDIS_URL)
+        made.append(huey)
+        return huey
+
+    yield make
+    for huey in made:
+        huey.flush()
+
+
+def echo_task(huey):
+    @huey.task(name="echo")
+    def echo(n):
+        return n
+
+    return echo
+
+
+# -- enqueue_many: one round trip on Redis, each message as Huey.enqueue writes it ------
+
+
+def test_a_bulk_enqueue_writes_what_huey_writes_task_by_task_and_signals_each(redis_huey):
+    bulk, single = redis_huey(), redis_huey()
+    signalled = []
+    bulk.signal(SIGNAL_ENQUEUED)(lambda sig, task: signalled.append(task.id))
+    bulk_echo, single_echo = echo_task(bulk), echo_task(single)
+    tasks = [bulk_echo.s(n, expires=timedelta(hours=1)) for n in range(5)]
+    singles = [single_echo.s(n, expires=timedelta(hours=1)) for n in range(5)]
+
+    internals.enqueue_many(bulk, tasks)
+    for task in singles:
+        single.enqueue(task)
+
+    assert signalled == [task.id for task in tasks]
+    pending = bulk.pending()
+    assert [t.args for t in pending] == [t.args for t in single.pending()]
+    assert [t.id for t in pending] == [t.id for t in tasks]  # popped in the order given
+    assert all(isinstance(t.expires_resolved, datetime) for t in pending)
+
+
+def test_a_bulk_enqueue_keeps_each_tasks_priority_on_a_priority_queue(redis_huey):
+    huey = redis_huey(PriorityRedisHuey)
+    echo = echo_task(huey)
+
+    internals.enqueue_many(huey, [echo.s(n, priority=n) for n in (1, 5, 3)])
+
+    assert [huey.dequeue().args for _ in range(3)] == [(5,), (3,), (1,)]
+
+
+def test_a_bulk_enqueue_refuses_a_priority_where_huey_refuses_it(redis_huey):
+    huey = redis_huey()
+    echo = echo_task(huey)
+    with pytest.raises(NotImplementedError):
+        huey.enqueue(echo.s(1, priority=2))
+    with pytest.raises(NotImplementedError):
+        internals.enqueue_many(huey, [echo.s(1, priority=2)])
+
+
+def test_a_bulk_enqueue_elsewhere_is_hueys_own_enqueue_priorities_included(tmp_path):
+    huey = SqliteHuey("taskledger.test-internals", filename=str(tmp_path / "q.sqlite3"))
+    echo = echo_task(huey)
+
+    internals.enqueue_many(huey, [echo.s(n, priority=n) for n in (1, 5, 3)])
+
+    assert [huey.dequeue().args for _ in range(3)] == [(5,), (3,), (1,)]
+
+
+# -- the periodic tasks' slots -----------------------------------------------------------
+
+
+def owes(due: bool, moment: datetime) -> list[datetime]:
+    return [moment] if due else []
+
+
+def test_the_scheduler_enqueues_the_periodic_instance_it_asked_with_its_slots():
+    huey = MemoryHuey("taskledger.test-internals")
+    due = datetime(2026, 1, 1, 10, 5)
+
+    @huey.task(name="sweep", task_base=internals.SlottedPeriodicTask, due_slots=partial(owes, True))
+    def sweep(slots=None):
+        return slots
+
+    @huey.task(name="idle", task_base=internals.SlottedPeriodicTask, due_slots=partial(owes, False))
+    def idle(slots=None):
+        return slots
+
+    [task] = huey.read_periodic(due)
+
+    assert task.name == "sweep" and task.kwargs == {"slots": [due.isoformat()]}
+    assert huey.serialize_task(task) == huey.serialize_task(
+        huey.deserialize_task(huey.serialize_task(task))
+    )
+
+
+# -- the consumer: how huey_consumer makes it, when it starts and stops -------------------
+
+SERVED = MemoryHuey("taskledger.test-internals-served")
+
+
+def test_huey_consumer_runs_the_consumer_create_consumer_returns(monkeypatch):
+    ran = []
+    internals.serve_with(SERVED, lambda **options: SimpleNamespace(run=lambda: ran.append(options)))
+    monkeypatch.setattr(sys, "argv", ["huey_consumer", f"{__name__}.SERVED", "-w", "3"])
+    logger = logging.getLogger("huey")
+    handlers, level = list(logger.handlers), logger.level
+    try:
+        huey_consumer.consumer_main()
+    finally:
+        logger.handlers, logger.level = handlers, level
+
+    assert [options["workers"] for options in ran] == [3]
+
+
+def test_a_consumer_starts_its_workers_then_tells_its_watcher_and_again_when_it_stops(
+    restored_signals,
+):
+    seen = []
+    consumer = internals.ObservedConsumer(
+        MemoryHuey("taskledger.test-internals"), workers=1, worker_type="thread", periodic=False
+    )
+    consumer.watcher = SimpleNamespace(
+        start=lambda: seen.append(("start", consumer.worker_threads[0][1].ident is not None)),
+        stop=lambda: seen.append(("stop", None)),
+    )
+    consumer.stop_flag.set()  # asked to stop already: run() starts, then returns
+
+    consumer.run()
+
+    assert seen == [("start", True), ("stop", None)]
+
+
+# -- the stop signal in a process worker -------------------------------------------------
+
+
+def test_hueys_stop_handler_lives_in_huey_consumer_and_interrupts_only_a_busy_worker(
+    restored_signals,
+):
+    huey = MemoryHuey("taskledger.test-internals")
+    ProcessEnvironment().init_child(SimpleNamespace(huey=huey))
+    handler = signal.getsignal(signal.SIGTERM)
+    assert handler.__module__ in internals.STOP_HANDLER_MODULES
+
+    assert handler(signal.SIGTERM, None) is None  # idle: it leaves through the stop flag
+    busy, raised_in, interrupted = [], [], []
+    huey.signal(SIGNAL_INTERRUPTED)(lambda sig, task: interrupted.append(task.name))
+
+    @huey.task(name="job")
+    def job():
+        busy.append(internals.tasks_in_flight(huey))
+        try:
+            handler(signal.SIGTERM, None)
+        except KeyboardInterrupt as stop:
+            trace = stop.__traceback__
+            while trace.tb_next is not None:
+                trace = trace.tb_next
+            raised_in.append(trace.tb_frame.f_globals["__name__"])
+            raise
+
+    huey.execute(job.s())  # the interrupt ends the task, and Huey says so (the hand-back)
+
+    assert busy == [True] and not internals.tasks_in_flight(huey)
+    assert raised_in == ["huey.consumer"] and interrupted == ["job"]
+
+
+def test_a_process_workers_startup_hooks_run_after_hueys_stop_handler_is_installed():
+    huey = MemoryHuey("taskledger.test-internals")
+    read, write = os.pipe()
+
+    @huey.on_startup()
+    def note_handler():
+        os.write(write, signal.getsignal(signal.SIGTERM).__module__.encode())
+
+    consumer = Consumer(huey, workers=1, worker_type="process", periodic=False)
+    consumer.stop_flag.set()  # the worker initializes, then leaves at once
+    _worker, process = consumer.worker_threads[0]
+    process.start()
+    process.join(30)
+    os.close(write)
+
+    assert os.read(read, 100) == b"huey.consumer"
+    os.close(read)
+
+
+# -- the lean consumer's processes --------------------------------------------------------
+
+
+def lane_hueys(tmp_path, count=2):
+    return [
+        SqliteHuey(f"taskledger.test-lane-{i}", filename=str(tmp_path / "lanes.sqlite3"))
+        for i in range(count)
+    ]
+
+
+def test_a_lane_worker_takes_its_queues_in_turn(tmp_path):
+    hueys = lane_hueys(tmp_path)
+    done = []
+    for i, huey in enumerate(hueys):
+
+        @huey.task(name="work")
+        def work(n, queue=i):
+            done.append((queue, n))
+
+        for n in range(2):
+            huey.enqueue(work.s(n))
+    worker = internals.LaneWorker(hueys, SimpleNamespace(wait=lambda t: None), 0.01, 0.1, 1.1)
+    worker.initialize()
+    for _ in range(5):
+        worker.loop()
+    assert done == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    assert not any(huey.storage.blocking for huey in hueys)
+
+
+def test_a_lane_scheduler_moves_every_queues_due_tasks_and_one_queues_periodic_ones(tmp_path):
+    hueys = lane_hueys(tmp_path)
+    for huey in hueys:
+
+        @huey.task(name="later")
+        def later():
+            pass
+
+        huey.add_schedule(later.s(eta=utcnow() - timedelta(seconds=1)))
+
+    @hueys[1].periodic_task(crontab(), name="tick")
+    def tick():
+        pass
+
+    scheduler = internals.LaneScheduler(
+        hueys, SimpleNamespace(wait=lambda t: None), 1, periodic_huey=hueys[1]
+    )
+    scheduler._next_periodic -= scheduler.periodic_task_seconds
+    scheduler.loop()
+
+    assert [t.name for t in hueys[0].pending()] == ["later"]
+    assert sorted(t.name for t in hueys[1].pending()) == ["later", "tick"]
+
+
+def test_a_scheduler_checks_the_periodic_schedules_as_often_as_it_is_told(monkeypatch):
+    monkeypatch.setattr(Scheduler, "periodic_task_seconds", Scheduler.periodic_task_seconds)
+    internals.check_periodic_every(5)
+    huey = MemoryHuey("taskledger.test-internals")
+    checked = []
+    monkeypatch.setattr(huey, "read_periodic", lambda now: checked.append(now) or [])
+    scheduler = Scheduler(huey, SimpleNamespace(wait=lambda t: None), 1, periodic=True)
+    first = scheduler._next_periodic
+
+    scheduler.loop()
+
+    assert len(checked) == 1 and scheduler._next_periodic == first + 5
+
+
+def test_a_lean_consumer_makes_one_process_per_lane_and_gives_every_queue_its_timeouts(
+    tmp_path, restored_signals
+):
+    hueys = lane_hueys(tmp_path, 3)
+    consumer = internals.LeanConsumer([hueys[:2], hueys[2:]], periodic_huey=hueys[0])
+
+    assert consumer.workers == 2 and len(consumer.worker_threads) == 2
+    assert all(huey._timeout_handler == consumer.environment.timeout for huey in hueys)
+    assert isinstance(consumer.environment, internals.LaneEnvironment)
+
+    @hueys[2].task(name="slow", timeout=1)
+    def slow():
+        time.sleep(3)
+
+    timed_out = []
+    hueys[2].signal(SIGNAL_TIMEOUT)(lambda sig, task, *args: timed_out.append(task.name))
+    hueys[2].execute(slow.s())  # the lean consumer's process environment: SIGALRM
+
+    assert timed_out == ["slow"]
+
+
+# -- the result store's key names ---------------------------------------------------------
+
+
+def test_the_result_store_names_revokes_rate_limits_and_locks_as_the_sweep_expects(tmp_path):
+    huey = SqliteHuey("taskledger.test-keys", filename=str(tmp_path / "keys.sqlite3"))
+    huey.revoke_by_id("u7.abc")
+    huey.rate_limit("task-runner.payments", 5, 60).acquire()
+    lock = huey.lock_task("builder.run:1234")
+    lock.acquire()
+
+    keys = list(huey.storage.result_items())
+
+    assert f"{internals.REVOKE_PREFIX}u7.abc" in keys
+    windows = internals.rate_limit_windows(huey, keys, "task-runner.")
+    [(window, counter)] = windows.items()
+    assert huey.storage.incr(counter, 0) == 1  # the counter the window goes with
+    assert any(key.startswith(internals.lock_prefix(huey)) for key in keys)
+    huey.storage.delete_counter(counter)
+    assert huey.storage.incr(counter, 0) == 0
