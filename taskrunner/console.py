@@ -19,7 +19,7 @@ from database import iso, utcnow
 from taskrunner.dispatch import queue_of
 from taskrunner.ledger import is_uuid, ledger
 from taskrunner.registry import registry
-from taskrunner.reports import run_summary
+from taskrunner.reports import run_summaries
 from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
 from tasks.queues import queues as queue_instances
 from tasks.routing import QUEUE_NAMES
@@ -182,7 +182,7 @@ def search(query: str, limit: int = 20) -> dict[str, Any]:
     result = {
         "query": text,
         "exact_run": runs[0].uuid if len(runs) == 1 and is_uuid(text.lower()) else None,
-        "runs": [run_summary(run) for run in runs],
+        "runs": run_summaries(runs),
         "units": ledger.fleet.search_unit_keys(text, limit),
         "errors": ledger.fleet.search_errors(text, limit),
     }

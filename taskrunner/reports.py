@@ -40,8 +40,16 @@ def run_detail(
 
 
 def runs_page(page: Page) -> dict[str, Any]:
-    """``{"runs": [...], "next_cursor"}``; stale counts only where a run is still running."""
-    return {"runs": [run_summary(run) for run in page.items], "next_cursor": page.next_cursor}
+    """``{"runs": [...], "next_cursor"}``; stale counts only where a run is still running.
+
+    The counts of the whole page are read together, never one run at a time.
+    """
+    return {"runs": run_summaries(page.items), "next_cursor": page.next_cursor}
+
+
+def run_summaries(runs: list[TaskRun]) -> list[dict[str, Any]]:
+    counts = ledger.runs.counts_of(runs)
+    return [run_summary(run, counts[run.id]) for run in runs]
 
 
 def units_page(page: Page) -> dict[str, Any]:

@@ -58,6 +58,42 @@ def test_the_run_list_filters_by_type_and_status(app, api, controlled):
     assert [r["type"] for r in by_status] == ["diagnostics.probe"]
 
 
+def test_the_run_list_reads_its_counts_in_a_fixed_number_of_queries(app, api, controlled):
+    from sqlalchemy import event
+
+    from extensions import db
+
+    def statements_of_the_list() -> list[str]:
+        seen: list[str] = []
+
+        def record(_conn, _cursor, statement, *_args) -> None:
+            seen.append(statement)
+
+        with app.app_context():
+            engine = db.engine
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            body = api.get("/api/v1/backoffice/task-runs?limit=50").json
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        with app.app_context():
+            for run in body["runs"]:
+                assert run["units"] == ledger.runs.run_counts(ledger.runs.get_run(run["uuid"]))
+        return [s for s in seen if "task_run_units" in s]
+
+    with app.app_context():
+        finished_run("diagnostics.probe", ["probe-1"], {})
+        runner.start(controlled.type(), {"units": 2}, "test")
+    few = statements_of_the_list()
+    with app.app_context():
+        for _ in range(6):
+            finished_run("diagnostics.probe", ["probe-1"], {"probe-1": "probe unit 1 failed"})
+            runner.start(controlled.type(), {"units": 2}, "test")
+    many = statements_of_the_list()
+
+    assert len(many) == len(few) <= 2, many
+
+
 def test_a_run_detail_has_the_pinned_shape_and_no_internal_ids(app, api):
     with app.app_context():
         run_uuid = finished_run(
