@@ -76,7 +76,6 @@ def register_modules(app: Flask) -> None:
     import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
     import taskrunner.periodic  # noqa: F401 - declares the runner's periodic tasks
-    import tasks.slots  # noqa: F401 - the periodic slot claims table
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics

@@ -9,11 +9,22 @@ import pytest
 
 from diagnostics.effects import effect_summary
 from extensions import db
-from tasks import slots
+from taskrunner.ledger import ledger
 from tests.support import Consumers, wait_for
 
 PROBE = "tests.periodic_probe"
 SHORT_PERIODS = {"TASK_RUNNER_RELAY_SECONDS": 1, "TASK_RUNNER_SWEEP_SECONDS": 1}
+
+
+def claims(name: str) -> list:
+    """The claimed (run) slots of ``name``, oldest first."""
+    rows = ledger.schedules.claimed(name)
+    db.session.rollback()
+    return rows
+
+
+def claim(name: str, slot: datetime) -> bool:
+    return ledger.schedules.claim(name, slot, "test:1")
 
 
 def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
@@ -24,7 +35,7 @@ def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
     def contend() -> None:
         with app.app_context():
             barrier.wait()
-            results.append(slots.claim("taskrunner.detect_stuck", slot))
+            results.append(claim("taskrunner.detect_stuck", slot))
             db.session.remove()
 
     threads = [threading.Thread(target=contend) for _ in range(6)]
@@ -35,10 +46,10 @@ def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
 
     assert sorted(results) == [False] * 5 + [True]
     with app.app_context():
-        [row] = slots.claims("taskrunner.detect_stuck")
+        [row] = claims("taskrunner.detect_stuck")
         assert row.slot == slot
         # The next slot is a new claim.
-        assert slots.claim("taskrunner.detect_stuck", datetime(2026, 1, 1, 10, 10)) is True
+        assert claim("taskrunner.detect_stuck", datetime(2026, 1, 1, 10, 10)) is True
 
 
 @pytest.mark.workers
@@ -51,14 +62,14 @@ def test_two_consumers_with_periodic_tasks_run_each_slot_once(make_app, tmp_path
 
     try:
         with app.app_context():
-            wait_for(lambda: len(slots.claims(PROBE)) >= 6, timeout=60, message="six slots")
+            wait_for(lambda: len(claims(PROBE)) >= 6, timeout=60, message="six slots")
     finally:
         consumers.stop_all()
 
     with app.app_context():
-        claimed = slots.claims(PROBE)
+        claimed = claims(PROBE)
         runs = effect_summary("periodic-probe")["rows"]
-        sweeps = slots.claims("taskrunner.detect_stuck")
+        sweeps = claims("taskrunner.detect_stuck")
     logs = consumers.logs()
     # Both schedulers enqueued the same slots: the second copy found its slot taken.
     assert f"Periodic {PROBE}, slot" in logs and "skipped (claimed by" in logs
