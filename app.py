@@ -148,11 +148,13 @@ def register_commands(app: Flask) -> None:
     from demo.cli import demo_cli
     from payments.cli import payments_cli
     from taskrunner.cli import events_cli, tasks_cli
+    from taskrunner.schedules_cli import schedules_cli
     from tasks.workers import workers_command
 
     for command in (
         tasks_cli,
         events_cli,
+        schedules_cli,
         payments_cli,
         workers_command,
         users_cli,

@@ -21,8 +21,9 @@ from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
 from taskrunner.ledger.writes import Writes, lock_row
-from taskrunner.models import ScheduleSlot, ScheduleState, TaskRun
+from taskrunner.models import OperatorAction, ScheduleSlot, ScheduleState, TaskRun
 
+SCHEDULE_ACTIONS = ("schedule-pause", "schedule-resume", "schedule-run-now")
 MISSED = "missed"
 PAUSED = "paused"
 SLOT_COLUMNS = (
@@ -283,6 +284,20 @@ class ScheduleSlots:
         if not looks:
             return {}
         return {row.name: row for row in self.session.execute(union_all(*looks))}
+
+    def actions(self, name: str, limit: int = 20) -> list[OperatorAction]:
+        """The operator actions on schedule ``name``, newest first."""
+        rows = self.session.execute(
+            select(OperatorAction)
+            .where(
+                OperatorAction.task_run_id.is_(None),
+                OperatorAction.action.in_(SCHEDULE_ACTIONS),
+                OperatorAction.detail["schedule"].as_string() == name,
+            )
+            .order_by(OperatorAction.id.desc())
+            .limit(limit)
+        )
+        return list(rows.scalars())
 
     def run_statuses(self, uuids: Iterable[str]) -> dict[str, str]:
         wanted = sorted(set(uuids))
