@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, flash, g, redirect, render_template, request, url_for
 
 from accounts.permissions import permission_required
 from blueprints.backoffice.actions import actor, confirmed
@@ -24,9 +24,10 @@ def schedule_or_404(name: str) -> operations.ScheduleView:
 @bp.get("/schedules")
 @permission_required(VIEW)
 def schedules():
-    return render_template(
-        "backoffice/schedules.html", schedules=operations.schedules(), can_manage=can_manage()
-    )
+    views = operations.schedules()
+    # The navigation's badge counts what this page just read: one read, not two.
+    g.missed_schedules = sum(1 for view in views if view.missed)
+    return render_template("backoffice/schedules.html", schedules=views, can_manage=can_manage())
 
 
 @bp.get("/schedules/<name>")

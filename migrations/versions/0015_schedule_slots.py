@@ -28,6 +28,13 @@ def upgrade():
         batch.add_column(sa.Column("initiator", sa.String(length=191), nullable=True))
     # Slots claimed before: they ran (a claim was only ever followed by its run).
     op.execute("UPDATE periodic_slots SET outcome = 'ok', finished_at = claimed_at")
+    op.create_index(
+        "ix_periodic_slots_missed",
+        "periodic_slots",
+        ["name", "slot"],
+        postgresql_where=sa.text("outcome = 'missed'"),
+        sqlite_where=sa.text("outcome = 'missed'"),
+    )
     op.create_table(
         "schedule_states",
         sa.Column("name", sa.String(length=100), nullable=False),
@@ -42,6 +49,7 @@ def upgrade():
 
 def downgrade():
     op.drop_table("schedule_states")
+    op.drop_index("ix_periodic_slots_missed", table_name="periodic_slots")
     with op.batch_alter_table("periodic_slots") as batch:
         for column in SLOT_COLUMNS:
             batch.drop_column(column)
