@@ -75,20 +75,27 @@ class ScheduleSlots:
         initiator: str = "schedule",
         now: datetime | None = None,
     ) -> bool:
-        """True for the one caller that may run ``name`` for ``slot``; False for every other."""
+        """True for the one caller that may run ``name`` for ``slot``; False for every other.
+
+        A slot the watch wrote missed is still claimed by its late job (one claim through,
+        as for any slot): a queue running behind its graces must not stop a schedule.
+        """
         now = now or utcnow()
         table = ScheduleSlot.__table__
+        claimed = {
+            "claimed_at": now,
+            "claimed_by": host,
+            "enqueued_at": enqueued_at,
+            "initiator": initiator,
+        }
         stmt = (
             self._insert(ScheduleSlot)
-            .values(
-                name=name,
-                slot=slot,
-                claimed_at=now,
-                claimed_by=host,
-                enqueued_at=enqueued_at,
-                initiator=initiator,
+            .values(name=name, slot=slot, **claimed)
+            .on_conflict_do_update(
+                index_elements=["name", "slot"],
+                set_={**claimed, "outcome": None, "finished_at": None},
+                where=table.c.outcome == MISSED,
             )
-            .on_conflict_do_nothing(index_elements=["name", "slot"])
             .returning(table.c.name)
         )
         with write_transaction(self.session):

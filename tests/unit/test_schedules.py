@@ -215,3 +215,21 @@ def test_a_slot_whose_body_raised_keeps_its_redacted_reason(ctx, monkeypatch):
     assert last.state == "failed" and last.host
     assert last.reason.startswith("unhandled builtins.RuntimeError")
     assert "hunter2" not in last.reason
+
+
+def test_a_slot_written_missed_is_still_run_by_its_late_job_once(ctx, heard):
+    ran(SWEEP, T0)
+    late = T0 + PERIOD
+    schedules.watch(now=late + GRACE + timedelta(seconds=1))
+    assert states(schedules.schedule(SWEEP, now=late + GRACE))[0] == (late, "missed")
+    # The queue ran behind: the slot's job comes now, and runs it (once).
+    at = late + GRACE + timedelta(seconds=5)
+    assert ledger.schedules.claim(SWEEP, late, "host-a:1", now=at)
+    assert not ledger.schedules.claim(SWEEP, late, "host-b:2", now=at)
+    assert states(schedules.schedule(SWEEP, now=at))[0] == (late, "late")
+    ledger.schedules.finish(SWEEP, late, None, None, now=at)
+    assert states(schedules.schedule(SWEEP, now=at))[0] == (late, "ok")
+    assert [event["name"] for event in heard] == [
+        "tasks.schedule.missed",
+        "tasks.schedule.recovered",
+    ]
