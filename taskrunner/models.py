@@ -258,8 +258,9 @@ class ScheduleState(db.Model):
     """What the app knows of one schedule beyond its declaration.
 
     ``first_known_at`` starts the count of missed slots (a new schedule or a deploy is
-    no missed slot); a pause is honoured by every scheduler at its next check; an open
-    missed episode (``missed_from``) has raised its one event and ends at the next run.
+    no missed slot), ``watched_until`` is where the watch's next look starts; a pause is
+    honoured by every scheduler at its next check; an open missed episode
+    (``missed_from``) has raised its one event and ends at the next run.
     """
 
     __tablename__ = "schedule_states"
@@ -270,3 +271,6 @@ class ScheduleState(db.Model):
     paused_by: Mapped[str | None] = mapped_column(String(191))
     missed_from: Mapped[datetime | None]
     missed_slots: Mapped[int] = mapped_column(Integer, default=0)
+    # How far the watch looked for unclaimed slots: its next turn starts there, so a gap
+    # the schedulers left (all of them down, then back) is found after they are back.
+    watched_until: Mapped[datetime | None]

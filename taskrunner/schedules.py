@@ -14,9 +14,12 @@ A slot's state is computed when it is read:
   a new schedule or a deploy is no missed slot. This is what the page shows when no
   scheduler runs at all, the very failure it must show.
 
-The watch (``watch``, with the stuck sweep) writes those unclaimed slots ``missed``, so
-a gap stays visible once schedulers are back, and opens the schedule's missed episode
-with its one event (``ledger.schedules``); the next slot that runs closes it.
+The watch (``watch``, with the stuck sweep) writes those unclaimed slots ``missed`` from
+where it stopped last, so a gap stays visible once schedulers are back, and opens the
+schedule's missed episode with its one event (``ledger.schedules``); the next slot that
+runs closes it. No scheduler owes a slot older than the newest one it ran, so before a
+scheduled slot ends, the unclaimed slots before it are settled missed at once (grace or
+not): schedulers that were all down and then back leave one episode, opened and closed.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ BADGE_WINDOW = timedelta(hours=24)
 # Unclaimed slots a read or a watch looks at, at most (a year of a 5-minute schedule is
 # 105,000: the newest are enough to show, and a watch writes the rest at its next turns).
 UNCLAIMED_CAP = 1000
+EPSILON = timedelta(microseconds=1)
 RUN_STATES = {
     RunStatus.RUNNING: "running",
     RunStatus.COMPLETED: "ok",
@@ -237,13 +241,63 @@ def missed_count(now: datetime | None = None) -> int:
 
 
 def watch(now: datetime | None = None) -> int:
-    """Note every declared schedule, and write its unclaimed slots missed; how many."""
+    """Note every declared schedule, and write the slots no scheduler claimed within their
+    grace missed, from where the last watch stopped; how many it wrote.
+
+    Gaps before a schedule's newest slot count too: schedulers that were all down for a
+    while, then back, left slots nobody ran.
+    """
     now = now or utcnow()
     ledger.schedules.register(names(), now)
+    try:
+        states = ledger.schedules.states()
+        newest = ledger.schedules.recent(names(), 1)
+        found = {}
+        for name in names():
+            spec = routes.periodic[name]
+            until = now - _grace(spec, current_app.config)
+            # Nobody owes a slot older than the newest one a scheduler took: no grace
+            # (an operator's run-now is no scheduler's: its slot moves nothing).
+            last = newest[name][0] if newest[name] else None
+            if last is not None and last.initiator in (None, "schedule"):
+                until = max(until, min(now, last.slot - EPSILON))
+            found[name] = (_gap(spec, states[name], until), until)
+    finally:
+        ledger.session.rollback()
     return sum(
-        ledger.schedules.mark_missed(view.name, view.unclaimed_missed, now)
-        for view in schedules(now, limit=1)
+        ledger.schedules.mark_missed(name, missing, until, now)
+        for name, (missing, until) in found.items()
     )
+
+
+def _gap(spec: PeriodicSpec, state: ScheduleState, until: datetime) -> list[datetime]:
+    """The slots of ``spec`` from where the watch stopped to ``until`` that no row holds
+    (a paused schedule's excepted)."""
+    start = max(state.first_known_at, state.watched_until or state.first_known_at)
+    if until <= start:
+        return []
+    have = ledger.schedules.slots_in(spec.name, start, until)
+    return [
+        at
+        for at in _unclaimed(spec.schedule, start, until, current_app.config)
+        if at not in have and (state.paused_at is None or at < state.paused_at)
+    ]
+
+
+def settle_gap(name: str, slot: datetime, now: datetime | None = None) -> int:
+    """Before a scheduled slot ends: its schedule's slots before it that no scheduler
+    claimed are missed now, grace or not (no scheduler owes a slot older than the newest
+    it ran), so schedulers that were all down and then back leave one episode, which this
+    slot's end closes. A slot off the schedule's grid (run now) settles nothing."""
+    spec = routes.periodic.get(name)
+    if spec is None or spec.schedule.first_after(slot - EPSILON, current_app.config) != slot:
+        return 0
+    try:
+        state = ledger.schedules.states().get(name)
+        missing = _gap(spec, state, slot - EPSILON) if state is not None else []
+    finally:
+        ledger.session.rollback()
+    return ledger.schedules.mark_missed(name, missing, now=now)
 
 
 # -- operator actions -------------------------------------------------------------
@@ -306,6 +360,7 @@ class LedgerSlotKeeper:
         self, name: str, slot: datetime, error: BaseException | None, run_uuid: str | None
     ) -> None:
         reason = redact(error) if error is not None else None
+        settle_gap(name, slot)
         ledger.schedules.finish(name, slot, reason, run_uuid)
 
 

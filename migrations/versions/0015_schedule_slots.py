@@ -43,6 +43,7 @@ def upgrade():
         sa.Column("paused_by", sa.String(length=191), nullable=True),
         sa.Column("missed_from", sa.DateTime(), nullable=True),
         sa.Column("missed_slots", sa.Integer(), nullable=False),
+        sa.Column("watched_until", sa.DateTime(), nullable=True),
         sa.PrimaryKeyConstraint("name"),
     )
 

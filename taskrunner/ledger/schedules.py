@@ -153,12 +153,19 @@ class ScheduleSlots:
                 self.writes.emit(outbox, event, None)
                 state.missed_from, state.missed_slots = None, 0
 
-    def mark_missed(self, name: str, slots: list[datetime], now: datetime | None = None) -> int:
-        """Write ``slots`` as missed; the first of an episode raises its one event.
+    def mark_missed(
+        self,
+        name: str,
+        slots: list[datetime],
+        watched_until: datetime | None = None,
+        now: datetime | None = None,
+    ) -> int:
+        """Write ``slots`` as missed; the first of an episode raises its one event. The
+        watch notes how far it looked (``watched_until``): its next turn starts there.
 
         Returns how many were new (a slot claimed or marked meanwhile is left as it is).
         """
-        if not slots:
+        if not slots and watched_until is None:
             return 0
         now = now or utcnow()
         rows = [
@@ -169,6 +176,8 @@ class ScheduleSlots:
             self._know([name], now)
             state = lock_row(self.session, ScheduleState, ScheduleState.name == name)
             new = self._insert_new(rows)
+            if watched_until is not None and state is not None:
+                state.watched_until = max(watched_until, state.watched_until or watched_until)
             if new and state is not None:
                 if state.missed_from is None:
                     state.missed_from = min(new)
@@ -180,7 +189,8 @@ class ScheduleSlots:
         return len(new)
 
     def _insert_new(self, rows: list[dict]) -> list[datetime]:
-        """The slots of ``rows`` this insert wrote (one statement a row: a handful at most)."""
+        """The slots of ``rows`` this insert wrote (one statement a row: the slots one watch
+        found unclaimed, a handful but after an outage)."""
         table = ScheduleSlot.__table__
         stmt = (
             self._insert(ScheduleSlot)
@@ -247,6 +257,15 @@ class ScheduleSlots:
         for rows in found.values():
             rows.sort(key=lambda row: row.slot, reverse=True)
         return found
+
+    def slots_in(self, name: str, after: datetime, until: datetime) -> set[datetime]:
+        """The slots of ``name`` with a row in (``after``, ``until``], whatever their outcome."""
+        rows = self.session.execute(
+            select(ScheduleSlot.slot).where(
+                ScheduleSlot.name == name, ScheduleSlot.slot > after, ScheduleSlot.slot <= until
+            )
+        )
+        return set(rows.scalars())
 
     def claimed(self, name: str) -> list[Row]:
         """The slots of ``name`` a scheduler claimed, oldest first (the chaos run's check)."""

@@ -99,6 +99,30 @@ def test_a_scheduler_down_for_three_slots_gives_three_missed_slots_and_one_event
     assert states(view)[:3] == [(T0 + PERIOD * k, "ok") for k in (6, 5, 4)]
 
 
+def test_schedulers_all_down_for_three_slots_then_back_leave_three_missed_and_one_event(ctx, heard):
+    # Nothing ran while they were down, not even the sweep that watches.
+    ran(SWEEP, T0)
+    schedules.watch(now=T0 + timedelta(seconds=1))
+    back = T0 + PERIOD * 4
+    # Back: the sweep's own slot is claimed, its body watches, then it ends (through the
+    # keeper the wiring calls).
+    keeper = schedules.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, back, "host-a:1", back, "schedule")
+    schedules.watch(now=back + timedelta(seconds=2))
+    keeper.finished(SWEEP, back, None, None)
+    for k in (5, 6, 7):
+        ran(SWEEP, T0 + PERIOD * k)
+        schedules.watch(now=T0 + PERIOD * k + timedelta(seconds=2))
+    view = schedules.schedule(SWEEP, now=T0 + PERIOD * 7 + timedelta(seconds=3))
+    assert [slot for slot, state in states(view) if state == "missed"] == [
+        T0 + PERIOD * k for k in (3, 2, 1)
+    ]
+    assert [(event["name"], event["payload"]["missed_slots"]) for event in heard] == [
+        ("tasks.schedule.missed", 3),
+        ("tasks.schedule.recovered", 3),
+    ]
+
+
 def test_missed_slots_are_computed_on_read_when_no_scheduler_runs_at_all(ctx, heard):
     ran(SWEEP, T0)
     later = T0 + timedelta(hours=2)
@@ -233,3 +257,18 @@ def test_a_slot_written_missed_is_still_run_by_its_late_job_once(ctx, heard):
         "tasks.schedule.missed",
         "tasks.schedule.recovered",
     ]
+
+
+def test_an_operators_run_now_settles_no_scheduled_slot_as_missed(ctx, heard):
+    ran(SWEEP, T0)
+    schedules.watch(now=T0 + timedelta(seconds=1))
+    due = T0 + PERIOD  # its job still waits in the queue
+    by_hand = due + timedelta(seconds=5)
+    keeper = schedules.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, by_hand, "host-a:1", by_hand, "operator:ops@example.com")
+    keeper.finished(SWEEP, by_hand, None, None)
+    schedules.watch(now=by_hand + timedelta(seconds=1))
+    assert ledger.schedules.claim(SWEEP, due, "host-a:1", now=by_hand + timedelta(seconds=9))
+    assert heard == []
+    view = schedules.schedule(SWEEP, now=by_hand + timedelta(seconds=10))
+    assert "missed" not in {state for _slot, state in states(view)}
