@@ -76,7 +76,6 @@ def register_modules(app: Flask) -> None:
     import security.models  # noqa: F401 - the rate-limit counters' table
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
     import taskrunner.periodic  # noqa: F401 - declares the runner's periodic tasks
-    import tasks.slots  # noqa: F401 - the periodic slot claims table
     from accounts import setup as accounts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics
@@ -149,11 +148,13 @@ def register_commands(app: Flask) -> None:
     from demo.cli import demo_cli
     from payments.cli import payments_cli
     from taskrunner.cli import events_cli, tasks_cli
+    from taskrunner.schedules_cli import schedules_cli
     from tasks.workers import workers_command
 
     for command in (
         tasks_cli,
         events_cli,
+        schedules_cli,
         payments_cli,
         workers_command,
         users_cli,

@@ -679,7 +679,6 @@ class ClusterScenario:
         from extensions import db
         from taskrunner.ledger import ledger
         from taskrunner.models import TaskRunUnit
-        from tasks import slots
 
         report = self.report
         collected = utcnow()
@@ -706,7 +705,7 @@ class ClusterScenario:
                     )
                 ).all()
             )
-            claims = {name: slots.claims(name) for name in PERIODIC}
+            claims = {name: ledger.schedules.claimed(name) for name in PERIODIC}
             db.session.remove()
         report.unit_rows = len(rows)
         report.completed = sum(1 for row in rows if row.status == "completed")

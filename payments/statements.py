@@ -162,8 +162,13 @@ def start_monthly_statements(period: str, initiator: str = "cli") -> Any:
     return start_run(TYPE, {"period": period}, initiator)
 
 
-@periodic("payments.monthly_statements", Cron(crontab(minute="0", hour="2", day="1")), timeout=600)
-def monthly_statements() -> None:
-    """Monthly: statements for the month that just ended."""
+@periodic(
+    "payments.monthly_statements",
+    Cron(crontab(minute="0", hour="2", day="1")),
+    timeout=600,
+    starts=TYPE,
+)
+def monthly_statements(initiator: str = "schedule") -> Any:
+    """Monthly: statements for the month that just ended; returns the run's handle."""
     last_month = date.today().replace(day=1) - timedelta(days=1)
-    start_monthly_statements(last_month.strftime("%Y-%m"), "schedule")
+    return start_monthly_statements(last_month.strftime("%Y-%m"), initiator)

@@ -20,8 +20,6 @@ the stale rule (``Tracked``, ``stale_filter``, ``lost_before``) for its recovery
 
 from __future__ import annotations
 
-from huey import crontab
-
 from taskrunner import metrics, operations
 from taskrunner.events import subscribe
 from taskrunner.jobs import contained, gate
@@ -59,7 +57,7 @@ from taskrunner.types import (
 )
 from tasks.interrupts import raise_if_stopping
 from tasks.routing import JobHandle, job, periodic
-from tasks.schedules import Cron, Every
+from tasks.schedules import Cron, Every, crontab
 
 __all__ = [
     "ACTIVE_UNIT",

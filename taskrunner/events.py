@@ -93,7 +93,35 @@ class UnitStuck(Event):
     reason: str
 
 
-CATALOG: tuple[type[Event], ...] = (RunStarted, RunCompleted, RunFailed, UnitFailed, UnitStuck)
+@dataclass(frozen=True, slots=True)
+class ScheduleMissed(Event):
+    """A schedule's slots passed unclaimed (once per episode): the first missed slot."""
+
+    name: ClassVar[str] = "tasks.schedule.missed"
+    schedule: str
+    slot_at: str
+    missed_slots: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecovered(Event):
+    """A missed episode ended: a slot of the schedule was claimed and run again."""
+
+    name: ClassVar[str] = "tasks.schedule.recovered"
+    schedule: str
+    missed_slots: int
+    recovered_at: str
+
+
+CATALOG: tuple[type[Event], ...] = (
+    RunStarted,
+    RunCompleted,
+    RunFailed,
+    UnitFailed,
+    UnitStuck,
+    ScheduleMissed,
+    ScheduleRecovered,
+)
 
 Handler = Callable[[Mapping[str, Any]], None]
 # Each app's subscribers: event name -> subscriber name -> handler. A subscriber's name

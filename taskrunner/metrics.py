@@ -39,7 +39,6 @@ from taskrunner.registry import registry
 from taskrunner.types import UnitStatus
 from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
 from tasks.routing import QUEUE_NAMES, routes
-from tasks.slots import last_claims
 
 CONSUMER_STATES = ("live", "lost")
 
@@ -59,7 +58,8 @@ class QueueFigures:
 @dataclass(frozen=True, slots=True)
 class ScheduleFigures:
     name: str
-    # When its newest claimed slot was claimed, i.e. began to run (None: no slot yet).
+    # When its newest slot that ran without raising finished (None: none yet); a missed,
+    # paused or still running slot is no success.
     last_run_at: datetime | None
     # The first slot after that one: in the past, it is overdue (None: no slot yet).
     next_due_at: datetime | None
@@ -186,7 +186,7 @@ def _schedules() -> list[ScheduleFigures]:
     """Every declared schedule, its newest claimed slot and the first slot after it."""
     config = current_app.config
     names = sorted(routes.periodic)
-    claimed = last_claims(names)
+    claimed = ledger.schedules.last_success(names)
     figures = []
     for name in names:
         last = claimed.get(name)
@@ -194,7 +194,7 @@ def _schedules() -> list[ScheduleFigures]:
         figures.append(
             ScheduleFigures(
                 name=name,
-                last_run_at=last.claimed_at if last else None,
+                last_run_at=last.finished_at if last else None,
                 next_due_at=schedule.first_after(last.slot, config) if last else None,
             )
         )

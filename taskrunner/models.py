@@ -218,3 +218,59 @@ class UnitThroughput(db.Model):
     type: Mapped[str] = mapped_column(String(120), primary_key=True)
     completed: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ScheduleSlot(db.Model):
+    """One slot of a periodic schedule: claimed by one host, run, and how it ended.
+
+    The primary key lets one claim of a slot through however many schedulers owe it.
+    A slot nobody claimed within its grace is written ``missed`` by the watch (so a gap
+    stays visible after the schedulers are back); one skipped by a pause, ``paused``.
+    """
+
+    __tablename__ = "periodic_slots"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    slot: Mapped[datetime] = mapped_column(primary_key=True)
+    claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claimed_by: Mapped[str] = mapped_column(String(191))
+    enqueued_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    # None while it runs; "ok", "raised", "missed" or "paused".
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    run_uuid: Mapped[str | None] = mapped_column(String(36))
+    initiator: Mapped[str | None] = mapped_column(String(191))
+
+    # The badge's count reads the missed rows alone, however many slots a year holds.
+    __table_args__ = (
+        Index(
+            "ix_periodic_slots_missed",
+            "name",
+            "slot",
+            postgresql_where=text("outcome = 'missed'"),
+            sqlite_where=text("outcome = 'missed'"),
+        ),
+    )
+
+
+class ScheduleState(db.Model):
+    """What the app knows of one schedule beyond its declaration.
+
+    ``first_known_at`` starts the count of missed slots (a new schedule or a deploy is
+    no missed slot), ``watched_until`` is where the watch's next look starts; a pause is
+    honoured by every scheduler at its next check; an open missed episode
+    (``missed_from``) has raised its one event and ends at the next run.
+    """
+
+    __tablename__ = "schedule_states"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    first_known_at: Mapped[datetime] = mapped_column(default=utcnow)
+    paused_at: Mapped[datetime | None]
+    paused_by: Mapped[str | None] = mapped_column(String(191))
+    missed_from: Mapped[datetime | None]
+    missed_slots: Mapped[int] = mapped_column(Integer, default=0)
+    # How far the watch looked for unclaimed slots: its next turn starts there, so a gap
+    # the schedulers left (all of them down, then back) is found after they are back.
+    watched_until: Mapped[datetime | None]

@@ -22,6 +22,7 @@ from typing import Any
 from flask import current_app
 
 from taskrunner import console, delivery, reports, runner
+from taskrunner import schedules as schedule_service
 from taskrunner.delivery import ParkedDelivery
 from taskrunner.events import CATALOG
 from taskrunner.ledger import (
@@ -41,7 +42,10 @@ from taskrunner.models import OperatorAction, TaskRun
 from taskrunner.registry import registry
 from taskrunner.reports import error_groups as error_groups_json
 from taskrunner.reports import runs_page as runs_json
+from taskrunner.reports import schedule as schedule_json
+from taskrunner.reports import schedules as schedules_json
 from taskrunner.reports import units_page as units_json
+from taskrunner.schedules import ScheduleView, SlotView, UnknownSchedule
 from taskrunner.settle import settle_here
 from taskrunner.types import Refused, RunStatus
 
@@ -58,12 +62,17 @@ __all__ = [
     "Refused",
     "RunDetail",
     "RunList",
+    "ScheduleView",
+    "SlotView",
+    "UnknownSchedule",
     "StaleUnits",
     "Throughput",
     "UnitDetail",
     "error_groups_json",
     "is_uuid",
     "runs_json",
+    "schedule_json",
+    "schedules_json",
     "settle_here",
     "units_json",
 ]
@@ -88,6 +97,15 @@ count_pending_of_type = ledger.fleet.count_pending_of_type
 count_retryable = ledger.actions.count_retryable
 attention = ledger.attention.attention
 throughput = ledger.throughput.read
+# Schedules: every declared one with its slots' states, and the operator actions on them.
+schedules = schedule_service.schedules
+schedule = schedule_service.schedule
+schedules_missed = schedule_service.missed_count
+schedule_run_running = schedule_service.previous_run_running
+run_schedule_now = schedule_service.run_now
+pause_schedule = schedule_service.pause
+resume_schedule = schedule_service.resume
+schedule_actions = ledger.schedules.actions
 consumers, queues, search = console.consumers, console.queues, console.search
 # Operator actions, recorded with their ``Actor`` (who, web or CLI, from where); each
 # raises ``Refused`` for what cannot be done.

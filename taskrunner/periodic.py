@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from huey import crontab
-
-from taskrunner import delivery, runner
+from taskrunner import delivery, runner, schedules
 from taskrunner.ledger import Actor, ledger
 from tasks.routing import periodic
-from tasks.schedules import Cron, Every
+from tasks.schedules import Cron, Every, crontab
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +30,10 @@ def relay_events() -> None:
 # Every few minutes, hourly at most: a lost worker is found in minutes (docs/operations.md).
 @periodic("taskrunner.detect_stuck", Every("TASK_RUNNER_SWEEP_SECONDS"), timeout=300)
 def detect_stuck() -> None:
-    """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode."""
+    """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode, and schedules'
+    unclaimed slots are written missed (one ``tasks.schedule.missed`` per episode)."""
     ledger.sweeps.mark_stuck()
+    schedules.watch()
 
 
 @periodic("taskrunner.roll_throughput", Every("TASK_RUNNER_THROUGHPUT_SECONDS"), timeout=120)

@@ -71,3 +71,45 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
             for g in groups
         ],
     }
+
+
+def schedule_slot(slot: Any) -> dict[str, Any]:
+    """One slot of a schedule (``run_uuid`` only when it started a run)."""
+    shaped = {
+        "slot_at": iso(slot.slot_at),
+        "state": slot.state,
+        "host": slot.host,
+        "claimed_at": iso(slot.claimed_at),
+        "finished_at": iso(slot.finished_at),
+        "initiator": slot.initiator,
+        "reason": slot.reason,
+    }
+    if slot.run_uuid:
+        shaped["run_uuid"] = slot.run_uuid
+    return shaped
+
+
+def schedule(view: Any) -> dict[str, Any]:
+    """One schedule as ``flask schedules show --json`` and the JSON API give it."""
+    last = view.last_slot
+    return {
+        "name": view.name,
+        "starts": view.starts,
+        "rule": view.rule,
+        "expression": view.expression,
+        "timezone": view.timezone,
+        "grace_seconds": view.grace_seconds,
+        "paused": view.paused,
+        "paused_by": view.paused_by,
+        "paused_at": iso(view.paused_at),
+        "next_due_at": iso(view.next_due_at),
+        "first_known_at": iso(view.first_known_at),
+        "last_slot": schedule_slot(last) if last is not None else None,
+        "slots": [schedule_slot(slot) for slot in view.slots],
+        "missed": view.missed,
+        "missed_since": iso(view.missed_from),
+    }
+
+
+def schedules(views: list[Any]) -> dict[str, Any]:
+    return {"schedules": [schedule(view) for view in views]}

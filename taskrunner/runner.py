@@ -105,6 +105,7 @@ def prune(days: int | None = None, actor: Actor = CLI) -> PruneReport:
         days = current_app.config["TASK_RUNNER_RETENTION_DAYS"]
     older_than = utcnow() - timedelta(days=days)
     report = ledger.pruning.prune(older_than)
+    report.slots = ledger.schedules.prune(older_than)
     report.queue_keys = clear_leftovers(report.run_uuids, report.dispatch_uuids)
     ledger.pruning.record_prune(report, older_than, actor)
     return report

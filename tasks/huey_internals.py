@@ -82,7 +82,10 @@ class SlottedPeriodicTask(PeriodicTask):
         owed = self.due_slots(timestamp)
         if not owed:
             return False
-        self.kwargs = {"slots": [slot.isoformat() for slot in owed]}
+        self.kwargs = {
+            "slots": [slot.isoformat() for slot in owed],
+            "enqueued": timestamp.replace(tzinfo=None).isoformat(),
+        }
         return True
 
 

@@ -7,7 +7,9 @@ Redis or PostgreSQL carry timeouts and keepalives, so a consumer cut off from it
 server fails and retries rather than hanging on a dead socket.
 
 Periodic tasks are registered on the ``default`` queue only; each carries the
-schedule slot it was enqueued for and claims it before it works (``tasks.slots``).
+schedule slot it was enqueued for and claims it through the app's slot keeper before it
+works (``tasks.slots``); an operator's "run now" enqueues the same task with a slot of
+its own, so it takes the same path.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tasks import presence
 from tasks.huey_internals import SlottedPeriodicTask, serve_with, watch_stop_signal
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
 from tasks.schedules import DueSlots, tick_seconds
-from tasks.slots import claim as claim_slot
+from tasks.slots import keeper, worker_identity
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +132,7 @@ class Queues:
             # Only the scheduler's process reads it: its checks are remembered there.
             owed = DueSlots(self.periodic_tick(), self.app.config)
             for pspec in routes.periodic.values():
-                huey.task(
+                self._tasks[(queue, pspec.name)] = huey.task(
                     name=pspec.name,
                     timeout=pspec.timeout,
                     task_base=SlottedPeriodicTask,
@@ -159,21 +161,48 @@ class Queues:
         """Seconds between two checks of the schedules by a consumer's scheduler."""
         return tick_seconds((p.schedule for p in routes.periodic.values()), self.app.config)
 
+    def enqueue_slot(self, name: str, slot: datetime, initiator: str) -> None:
+        """Enqueue periodic task ``name`` for one slot now, as its scheduler would."""
+        self.huey(PERIODIC_QUEUE)
+        self._tasks[(PERIODIC_QUEUE, name)](
+            slots=[slot.isoformat()], enqueued=slot.isoformat(), initiator=initiator
+        )
+
     def _once_per_slot(self, pspec: PeriodicSpec) -> Any:
         app = self.app
 
         @functools.wraps(pspec.fn)
-        def run(slot: str | None = None, slots: list[str] | None = None) -> None:
+        def run(
+            slot: str | None = None,
+            slots: list[str] | None = None,
+            enqueued: str | None = None,
+            initiator: str = "schedule",
+        ) -> None:
             # ``slot``: a job enqueued by an older version, one slot a job.
             owed = slots if slots is not None else [slot] if slot is not None else []
             with app.app_context():
                 if not owed:  # called by hand, outside any schedule
                     pspec.fn()
+                slot_keeper, host = keeper(app), worker_identity()
+                queued_at = datetime.fromisoformat(enqueued) if enqueued else None
                 for one in owed:
-                    if claim_slot(pspec.name, datetime.fromisoformat(one)):
-                        pspec.fn()
-                        # After the body: a claim alone does not prove a run.
-                        logger.info("Periodic %s, slot %s: ran", pspec.name, one)
+                    at = datetime.fromisoformat(one)
+                    # An operator's "run now" is asked for by hand: a pause does not hold it.
+                    if initiator == "schedule" and slot_keeper.paused(pspec.name, at, host):
+                        continue
+                    if not slot_keeper.claim(pspec.name, at, host, queued_at, initiator):
+                        logger.info(
+                            "Periodic %s, slot %s: skipped (claimed by another)", pspec.name, one
+                        )
+                        continue
+                    try:
+                        result = pspec.fn(initiator=initiator) if pspec.starts else pspec.fn()
+                    except BaseException as exc:
+                        slot_keeper.finished(pspec.name, at, exc, None)
+                        raise
+                    slot_keeper.finished(pspec.name, at, None, getattr(result, "uuid", None))
+                    # After the body: a claim alone does not prove a run.
+                    logger.info("Periodic %s, slot %s: ran", pspec.name, one)
 
         return run
 

@@ -100,6 +100,8 @@ class PeriodicSpec:
     fn: Callable[..., Any]
     schedule: Schedule
     timeout: int
+    starts: str | None = None  # the task type whose run the body starts, if it starts one
+    grace: int | None = None  # seconds a slot may wait for its claim (default: the schedule's)
 
 
 @dataclass
@@ -151,12 +153,21 @@ def job(
 
 
 def periodic(
-    name: str, schedule: Schedule, *, timeout: int = 300
+    name: str,
+    schedule: Schedule,
+    *,
+    timeout: int = 300,
+    starts: str | None = None,
+    grace: int | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a periodic job; it runs on the ``default`` queue, once per schedule slot."""
+    """Declare a periodic job; it runs on the ``default`` queue, once per schedule slot.
+
+    ``starts`` names the task type whose run the body starts (its body returns the run's
+    handle, and takes ``initiator``); ``grace`` overrides how late a slot may be claimed.
+    """
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        routes.periodic[name] = PeriodicSpec(name, fn, schedule, timeout)
+        routes.periodic[name] = PeriodicSpec(name, fn, schedule, timeout, starts, grace)
         return fn
 
     return decorator

@@ -24,12 +24,47 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from huey import crontab as huey_crontab
+
 HUEY_TICK_SECONDS = 60
 # Slots owed after a stall (a suspended host, a stopped scheduler): the newest few only,
 # each sweep catches up on what came before it.
 CATCH_UP_SLOTS = 2
 # How far ahead a crontab's next minute is looked for: a year and a day (a 29 February).
 CRON_HORIZON_MINUTES = 366 * 24 * 60 + 24 * 60
+# How long past its time a slot may wait for its claim before it counts as missed: a cron
+# slot's scheduler checks once a minute; an interval slot, twice its period (30 s at least).
+CRON_GRACE_SECONDS = 300
+EVERY_GRACE_MIN_SECONDS = 30
+CRON_FIELDS = ("minute", "hour", "day", "month", "day_of_week")
+
+
+def crontab(
+    minute: str = "*", hour: str = "*", day: str = "*", month: str = "*", day_of_week: str = "*"
+) -> Callable[[datetime], bool]:
+    """Huey's crontab, remembering its fields: a schedule is shown as it was declared."""
+    validate = huey_crontab(minute=minute, hour=hour, day=day, month=month, day_of_week=day_of_week)
+    validate.fields = (minute, hour, day, month, day_of_week)  # type: ignore[attr-defined]
+    return validate
+
+
+def cron_words(fields: tuple[str, ...]) -> str:
+    """A crontab's fields in words ("on day 1 at 02:00 UTC"); its expression otherwise."""
+    minute, hour, day, month, dow = fields
+    if minute.isdigit() and hour.isdigit() and month == "*" and dow == "*":
+        at = f"at {int(hour):02d}:{int(minute):02d} UTC"
+        if day == "*":
+            return f"daily {at}"
+        if day.isdigit():
+            return f"on day {day} {at}"
+    if hour == day == month == dow == "*":
+        if minute.startswith("*/") and minute[2:].isdigit():
+            return f"every {minute[2:]} minutes"
+        if minute.isdigit():
+            return f"hourly at minute {minute}"
+        if minute == "*":
+            return "every minute"
+    return f"cron {' '.join(fields)} (UTC)"
 
 
 @lru_cache(maxsize=256)
@@ -52,6 +87,17 @@ class Cron:
     """A Huey ``crontab``: due in the first tick of each matching minute."""
 
     crontab: Callable[[datetime], bool]
+
+    def expression(self, config: Mapping[str, Any]) -> str:
+        fields = getattr(self.crontab, "fields", None)
+        return " ".join(fields) if fields else "crontab"
+
+    def words(self, config: Mapping[str, Any]) -> str:
+        fields = getattr(self.crontab, "fields", None)
+        return cron_words(fields) if fields else "on a crontab (UTC)"
+
+    def grace(self, config: Mapping[str, Any]) -> int:
+        return CRON_GRACE_SECONDS
 
     def period(self, config: Mapping[str, Any]) -> int | None:
         return None
@@ -83,6 +129,15 @@ class Every:
     """Every N seconds, N read from the setting ``setting``; slots start at multiples of N."""
 
     setting: str
+
+    def expression(self, config: Mapping[str, Any]) -> str:
+        return f"{self.period(config)}s"
+
+    def words(self, config: Mapping[str, Any]) -> str:
+        return f"every {self.period(config)} s ({self.setting})"
+
+    def grace(self, config: Mapping[str, Any]) -> int:
+        return max(2 * self.period(config), EVERY_GRACE_MIN_SECONDS)
 
     def period(self, config: Mapping[str, Any]) -> int:
         return max(1, int(config[self.setting]))
@@ -116,6 +171,21 @@ class Every:
 
 
 Schedule = Cron | Every
+
+
+def slots_between(
+    schedule: Schedule, after: datetime, until: datetime, config: Mapping[str, Any], limit: int
+) -> list[datetime]:
+    """The slots that begin in (``after``, ``until``], oldest first, the first ``limit``."""
+    found: list[datetime] = []
+    moment = after
+    while len(found) < limit:
+        following = schedule.first_after(moment, config)
+        if following is None or following > until:
+            break
+        found.append(following)
+        moment = following
+    return found
 
 
 class DueSlots:

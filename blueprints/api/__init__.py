@@ -13,6 +13,7 @@ from blueprints import params
 from blueprints.api.contract import BACKOFFICE
 from blueprints.backoffice.console import search_results
 from blueprints.backoffice.pages import VIEW, paged, run_or_404
+from blueprints.backoffice.schedules import schedule_or_404
 from blueprints.openapi import build
 from taskrunner.contract import operations
 
@@ -98,6 +99,18 @@ def queues():
 @permission_required(VIEW)
 def search():
     return jsonify(search_results(params.text("q") or ""))
+
+
+@bp.get("/schedules")
+@permission_required(VIEW)
+def schedules():
+    return jsonify(operations.schedules_json(operations.schedules()))
+
+
+@bp.get("/schedules/<name>")
+@permission_required(VIEW)
+def schedule(name: str):
+    return jsonify(operations.schedule_json(schedule_or_404(name)))
 
 
 @bp.get("/openapi.json")

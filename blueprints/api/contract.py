@@ -101,11 +101,84 @@ RUN_EXAMPLE = {
 }
 
 
+SLOT_STATES = [
+    "ok",
+    "completed_with_failures",
+    "failed",
+    "running",
+    "late",
+    "missed",
+    "paused",
+]
+SCHEDULE_NAME = Param(
+    "name", "The schedule's name; one that names no schedule is a 404.", TEXT, "taskrunner.prune"
+)
+SLOT_EXAMPLE = {
+    "slot_at": "2026-11-29T03:17:00Z",
+    "state": "ok",
+    "host": "worker-1:4242",
+    "claimed_at": "2026-11-29T03:17:01Z",
+    "finished_at": "2026-11-29T03:17:09Z",
+    "initiator": "schedule",
+    "reason": None,
+}
+SCHEDULE_EXAMPLE = {
+    "name": "taskrunner.prune",
+    "starts": "job taskrunner.prune",
+    "rule": "daily at 03:17 UTC",
+    "expression": "17 3 * * *",
+    "timezone": "UTC",
+    "grace_seconds": 300,
+    "paused": False,
+    "paused_by": None,
+    "paused_at": None,
+    "next_due_at": "2026-11-30T03:17:00Z",
+    "first_known_at": "2026-11-01T09:00:00Z",
+    "last_slot": SLOT_EXAMPLE,
+    "slots": [SLOT_EXAMPLE],
+    "missed": 0,
+    "missed_since": None,
+}
+
+
 def page_of(schema: str) -> dict[str, Any]:
     return closed({"units": array(ref(schema)), "next_cursor": nullable({"type": "string"})})
 
 
 SCHEMAS: dict[str, Any] = {
+    "ScheduleSlot": closed(
+        {
+            "slot_at": DATE_TIME,
+            "state": {"type": "string", "enum": SLOT_STATES},
+            "host": nullable({"type": "string"}),
+            "claimed_at": nullable(DATE_TIME),
+            "finished_at": nullable(DATE_TIME),
+            "initiator": nullable({"type": "string"}),
+            "reason": nullable({"type": "string", "description": "Redacted."}),
+            "run_uuid": UUID,
+        },
+        optional=("run_uuid",),
+    ),
+    "Schedule": closed(
+        {
+            "name": {"type": "string"},
+            "starts": {"type": "string"},
+            "rule": {"type": "string"},
+            "expression": {"type": "string"},
+            "timezone": {"type": "string"},
+            "grace_seconds": COUNT,
+            "paused": {"type": "boolean"},
+            "paused_by": nullable({"type": "string"}),
+            "paused_at": nullable(DATE_TIME),
+            "next_due_at": nullable(DATE_TIME),
+            "first_known_at": nullable(DATE_TIME),
+            "last_slot": nullable(ref("ScheduleSlot")),
+            "slots": array(ref("ScheduleSlot")),
+            "missed": {**COUNT, "description": "Slots missed in the last 24 hours."},
+            "missed_since": nullable(DATE_TIME),
+        }
+    ),
+    "Schedules": closed({"schedules": array(ref("Schedule"))}),
     "UnitCounts": closed(
         {
             name: COUNT
@@ -557,6 +630,23 @@ OPERATIONS: dict[str, Operation] = {
             ),
         ),
         errors=(400,),
+    ),
+    "api.schedules": Operation(
+        "listSchedules",
+        "Every periodic schedule: its rule, next slot, last 14 slots and missed slots",
+        description="Read back from the schedules' declarations. A slot whose time passed by "
+        "more than its grace unclaimed is `missed` (computed on read too, so it shows while "
+        "no scheduler runs), `paused` while its schedule was paused.",
+        replies=(
+            Reply(200, "Every declared schedule.", "Schedules", {"schedules": [SCHEDULE_EXAMPLE]}),
+        ),
+    ),
+    "api.schedule": Operation(
+        "getSchedule",
+        "One periodic schedule with its last 100 slots",
+        path=(SCHEDULE_NAME,),
+        replies=(Reply(200, "The schedule.", "Schedule", SCHEDULE_EXAMPLE),),
+        errors=(404,),
     ),
     "api.document": Operation(
         "getBackofficeApiDocument",

@@ -24,6 +24,16 @@ def attention() -> operations.Attention | None:
     return g.attention
 
 
+def missed_schedules() -> int:
+    """Schedules with a missed slot in the last 24 h, read once per request (0 for whoever
+    cannot read runs)."""
+    if not (current_user.is_authenticated and current_user.has_permission(VIEW)):
+        return 0
+    if "missed_schedules" not in g:
+        g.missed_schedules = operations.schedules_missed()
+    return g.missed_schedules
+
+
 @bp.app_context_processor
 def _globals() -> dict:
-    return {"attention": attention}
+    return {"attention": attention, "missed_schedules": missed_schedules}

@@ -39,6 +39,7 @@ from taskrunner.ledger.records import (
     is_uuid,
 )
 from taskrunner.ledger.runs import RunReads
+from taskrunner.ledger.schedules import ScheduleSlots
 from taskrunner.ledger.single_jobs import SingleJobs
 from taskrunner.ledger.sweeps import StuckSweep
 from taskrunner.ledger.throughput import Bucket, Throughput, ThroughputRollup
@@ -62,6 +63,7 @@ class Ledger:
         self.sweeps = StuckSweep(session, writes, self.transitions)
         self.single_jobs = SingleJobs(session, writes)
         self.pruning = Pruning(session, writes)
+        self.schedules = ScheduleSlots(session, writes)
 
 
 ledger = Ledger(db.session)

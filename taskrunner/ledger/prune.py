@@ -117,6 +117,7 @@ class Pruning:
                     "events": report.events,
                     "actions": report.actions,
                     "queue_keys": report.queue_keys,
+                    "slots": report.slots,
                     "older_than": iso(older_than),
                 },
             )

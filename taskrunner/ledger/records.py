@@ -146,6 +146,7 @@ class PruneReport:
     events: int = 0
     actions: int = 0
     queue_keys: int = 0
+    slots: int = 0  # schedule slots past the retention
     run_uuids: list[str] = field(default_factory=list)
     dispatch_uuids: list[str] = field(default_factory=list)
 

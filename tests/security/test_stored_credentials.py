@@ -135,3 +135,32 @@ def test_no_page_json_answer_or_cli_output_shows_a_credential(leaked):
         SCRUBBED
         in json.loads(shown[f"tasks status {run_uuid} --json"])["failed_units"][0]["last_error"]
     )
+
+
+def test_a_schedule_slot_that_raised_a_credential_keeps_and_shows_none(app, monkeypatch):
+    name = "taskrunner.relay_events"
+
+    def leaking() -> int:
+        raise TaskReportableError(MESSAGE)
+
+    monkeypatch.setattr("taskrunner.delivery.relay", leaking)
+    huey = app.extensions["queues"].huey("default")
+    [periodic] = [cls for cls in huey._registry._periodic_tasks if cls().name == name]
+    with app.app_context():
+        make_user(VIEWER, VIEW)
+        try:  # Huey logs what the job raised (through the scrubbing layer)
+            huey.execute(periodic(kwargs={"slots": ["2026-03-01T12:00:00"]}))
+        except TaskReportableError:
+            pass
+        everything = every_row()
+    web = browser(app)
+    sign_in(web, Operator(VIEWER))
+    shown = {
+        path: web.get(path).text
+        for path in (f"/backoffice/schedules/{name}", f"/api/v1/backoffice/schedules/{name}")
+    }
+    shown["cli"] = app.test_cli_runner().invoke(args=["schedules", "show", name]).output
+
+    assert FOUND.findall(everything) == []
+    assert {path: FOUND.findall(body) for path, body in shown.items() if FOUND.search(body)} == {}
+    assert SCRUBBED in shown["cli"]

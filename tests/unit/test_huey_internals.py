@@ -119,7 +119,7 @@ def test_the_scheduler_enqueues_the_periodic_instance_it_asked_with_its_slots():
     due = datetime(2026, 1, 1, 10, 5)
 
     @huey.task(name="sweep", task_base=internals.SlottedPeriodicTask, due_slots=partial(owes, True))
-    def sweep(slots=None):
+    def sweep(slots=None, enqueued=None):
         return slots
 
     @huey.task(name="idle", task_base=internals.SlottedPeriodicTask, due_slots=partial(owes, False))
@@ -128,7 +128,9 @@ def test_the_scheduler_enqueues_the_periodic_instance_it_asked_with_its_slots():
 
     [task] = huey.read_periodic(due)
 
-    assert task.name == "sweep" and task.kwargs == {"slots": [due.isoformat()]}
+    # With the moment it was enqueued: a slot claimed long after it is shown late.
+    assert task.name == "sweep"
+    assert task.kwargs == {"slots": [due.isoformat()], "enqueued": due.isoformat()}
     assert huey.serialize_task(task) == huey.serialize_task(
         huey.deserialize_task(huey.serialize_task(task))
     )

@@ -21,7 +21,6 @@ from taskrunner.ledger import ledger
 from taskrunner.models import TaskRun, TaskRunUnit
 from tasks.presence import Board, ConsumerPresence, Presence
 from tasks.routing import routes
-from tasks.slots import claim, claims
 from tests.factories import ControlledTask
 from tests.interleave import Hold, InThread
 
@@ -369,19 +368,39 @@ def slot_of(name: str) -> metrics.ScheduleFigures:
     return figures
 
 
-def test_each_schedule_reads_its_newest_claimed_slot_and_the_slot_due_after_it(ctx):
+def ran(name: str, slot: datetime) -> bool:
+    """A slot claimed and run to its end, as a scheduler's job does."""
+    won = ledger.schedules.claim(name, slot, "test:1")
+    ledger.schedules.finish(name, slot, None, None)
+    return won
+
+
+def test_each_schedule_reads_its_newest_run_slot_and_the_slot_due_after_it(ctx):
     assert {s.name for s in metrics.read().schedules} == set(routes.periodic)
     assert slot_of("taskrunner.prune") == metrics.ScheduleFigures("taskrunner.prune", None, None)
 
     sweep = ctx.config["TASK_RUNNER_SWEEP_SECONDS"]
     earlier, newest = datetime(2026, 3, 1, 11, 55), datetime(2026, 3, 1, 12, 0)
-    assert claim("taskrunner.detect_stuck", newest)
-    assert claim("taskrunner.detect_stuck", earlier)  # claimed later, but an older slot
-    assert claim("taskrunner.prune", datetime(2026, 3, 1, 3, 17))
+    assert ran("taskrunner.detect_stuck", newest)
+    assert ran("taskrunner.detect_stuck", earlier)  # run later, but an older slot
+    assert ran("taskrunner.prune", datetime(2026, 3, 1, 3, 17))
 
     stuck, prune = slot_of("taskrunner.detect_stuck"), slot_of("taskrunner.prune")
 
-    claimed_at = {row.slot: row.claimed_at for row in claims("taskrunner.detect_stuck")}
-    assert stuck.last_run_at == claimed_at[newest]
+    rows = ledger.schedules.recent(["taskrunner.detect_stuck"], 10)["taskrunner.detect_stuck"]
+    finished_at = {row.slot: row.finished_at for row in rows}
+    assert stuck.last_run_at == finished_at[newest]
     assert stuck.next_due_at == newest + timedelta(seconds=sweep)
     assert prune.next_due_at == datetime(2026, 3, 2, 3, 17)  # daily, at 03:17
+
+
+def test_a_missed_a_paused_or_a_running_slot_is_no_success(ctx):
+    name = "taskrunner.detect_stuck"
+    done = datetime(2026, 3, 1, 12, 0)
+    assert ran(name, done)
+    ledger.schedules.mark_missed(name, [done + timedelta(minutes=5)])
+    ledger.schedules.claim(name, done + timedelta(minutes=10), "test:1")  # still running
+    [row] = ledger.schedules.recent([name], 1)[name]
+    assert slot_of(name).last_run_at == ledger.schedules.last_success([name])[name].finished_at
+    assert ledger.schedules.last_success([name])[name].slot == done
+    assert row.slot == done + timedelta(minutes=10)

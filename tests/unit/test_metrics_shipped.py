@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from database import utcnow
 from taskrunner import delivery, events, runner
+from taskrunner.ledger import ledger
 from tasks.presence import Board, Presence
-from tasks.slots import claim
 from tests.conftest import IN_CI
 from tests.web.backoffice_support import finished_run
 
@@ -66,7 +66,9 @@ def scraped(make_app, controlled) -> str:
         delivery.relay(older_than_seconds=0)  # the refusing subscriber's delivery parks
         runner.start(controlled.type(), {"units": 3}, "test")
         Presence(app, ["tasks"], "process", 2, Board(2)).beat()
-        claim("taskrunner.detect_stuck", utcnow().replace(microsecond=0) - timedelta(minutes=5))
+        slot = utcnow().replace(microsecond=0) - timedelta(minutes=5)
+        ledger.schedules.claim("taskrunner.detect_stuck", slot, "test:1")
+        ledger.schedules.finish("taskrunner.detect_stuck", slot, None, None)
     response = app.test_client().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 200
     return response.get_data(as_text=True)

@@ -154,16 +154,17 @@ def test_after_a_stall_a_scheduler_owes_only_the_newest_slots():
 
 
 def test_a_job_owed_two_slots_runs_each_once_and_skips_a_taken_one(ctx, caplog):
-    from tasks import slots
+    from taskrunner.ledger import ledger
 
     name = "taskrunner.relay_events"
     first, second = datetime(2026, 1, 1, 10, 0), datetime(2026, 1, 1, 10, 1)
-    assert slots.claim(name, first)  # another scheduler's copy ran the first one
+    assert ledger.schedules.claim(name, first, "elsewhere:1")  # another scheduler's copy
     huey = ctx.extensions["queues"].huey("default")
     [periodic] = [cls for cls in huey._registry._periodic_tasks if cls().name == name]
     with caplog.at_level("INFO", logger="tasks.queues"):
         huey.execute(periodic(kwargs={"slots": [first.isoformat(), second.isoformat()]}))
-    assert [row.slot for row in slots.claims(name)] == [first, second]
+    claimed = reversed(ledger.schedules.recent([name], 10)[name])
+    assert [row.slot for row in claimed] == [first, second]
     ran = [r.getMessage() for r in caplog.records if r.getMessage().endswith(": ran")]
     assert ran == [f"Periodic {name}, slot {second.isoformat()}: ran"]
 

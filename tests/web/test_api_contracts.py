@@ -415,6 +415,8 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
         "/workers",
         "/queues",
         "/search?q=probe",
+        "/schedules",
+        "/schedules/payments.monthly_statements",
         "/openapi.json",
     ]
     anonymous, stranger, viewer = browser(app), browser(app), browser(app)
@@ -449,6 +451,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
             "/task-runs/not-a-uuid",
             "/task-runs/not-a-uuid/units",
             "/task-runs/00000000-0000-4000-8000-000000000000/errors",
+            "/schedules/no.such.schedule",
             "/no-such-read",
         ),
     }
@@ -465,6 +468,7 @@ def drive_over_long_urls(app: Flask, world: World) -> None:
         "run_uuid": world.run_uuid,
         "request_uuid": world.pending_request,
         "statement_id": str(world.statement_id),
+        "name": "taskrunner.prune",
     }
     for document in Contracts(app).documents:
         for template, item in document["paths"].items():
@@ -487,6 +491,7 @@ def drive_during_a_database_outage(app: Flask, outage: Flask, world: World) -> N
         "run_uuid": world.run_uuid,
         "request_uuid": world.pending_request,
         "statement_id": str(world.statement_id),
+        "name": "taskrunner.prune",
     }
     for document in Contracts(app).documents:
         for template, item in document["paths"].items():

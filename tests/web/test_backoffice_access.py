@@ -37,6 +37,8 @@ READS = [
     "/backoffice/search?q=acme",
     "/backoffice/search?q={run}",
     "/backoffice/overview",
+    "/backoffice/schedules",
+    "/backoffice/schedules/taskrunner.prune",
     "/backoffice/task-runs/{run}/stream",
     "/backoffice/task-runs/stream?run={run}",
     "/api/v1/backoffice/task-runs",
@@ -48,6 +50,8 @@ READS = [
     "/api/v1/backoffice/workers",
     "/api/v1/backoffice/queues",
     "/api/v1/backoffice/search?q=k2",
+    "/api/v1/backoffice/schedules",
+    "/api/v1/backoffice/schedules/taskrunner.prune",
 ]
 WRITES = [
     "/backoffice/task-runs/{run}/retry",
@@ -55,6 +59,9 @@ WRITES = [
     "/backoffice/stale-units/retry",
     "/backoffice/task-types/diagnostics.probe/pause",
     "/backoffice/task-types/diagnostics.probe/resume",
+    "/backoffice/schedules/taskrunner.prune/run-now",
+    "/backoffice/schedules/taskrunner.prune/pause",
+    "/backoffice/schedules/taskrunner.prune/resume",
 ]
 
 

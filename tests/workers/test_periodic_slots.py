@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
+import os
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
+from database import utcnow
 from diagnostics.effects import effect_summary
 from extensions import db
-from tasks import slots
+from taskrunner import schedules
+from taskrunner.ledger import Actor, ledger
 from tests.support import Consumers, wait_for
 
 PROBE = "tests.periodic_probe"
 SHORT_PERIODS = {"TASK_RUNNER_RELAY_SECONDS": 1, "TASK_RUNNER_SWEEP_SECONDS": 1}
+
+
+def claims(name: str) -> list:
+    """The claimed (run) slots of ``name``, oldest first."""
+    rows = ledger.schedules.claimed(name)
+    db.session.rollback()
+    return rows
+
+
+def slot_rows(name: str) -> list:
+    """Every slot row of ``name``, newest first (paused ones too)."""
+    rows = ledger.schedules.recent([name], 10_000)[name]
+    db.session.rollback()
+    return rows
+
+
+def claim(name: str, slot: datetime) -> bool:
+    return ledger.schedules.claim(name, slot, "test:1")
 
 
 def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
@@ -24,7 +45,7 @@ def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
     def contend() -> None:
         with app.app_context():
             barrier.wait()
-            results.append(slots.claim("taskrunner.detect_stuck", slot))
+            results.append(claim("taskrunner.detect_stuck", slot))
             db.session.remove()
 
     threads = [threading.Thread(target=contend) for _ in range(6)]
@@ -35,10 +56,10 @@ def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
 
     assert sorted(results) == [False] * 5 + [True]
     with app.app_context():
-        [row] = slots.claims("taskrunner.detect_stuck")
+        [row] = claims("taskrunner.detect_stuck")
         assert row.slot == slot
         # The next slot is a new claim.
-        assert slots.claim("taskrunner.detect_stuck", datetime(2026, 1, 1, 10, 10)) is True
+        assert claim("taskrunner.detect_stuck", datetime(2026, 1, 1, 10, 10)) is True
 
 
 @pytest.mark.workers
@@ -51,14 +72,14 @@ def test_two_consumers_with_periodic_tasks_run_each_slot_once(make_app, tmp_path
 
     try:
         with app.app_context():
-            wait_for(lambda: len(slots.claims(PROBE)) >= 6, timeout=60, message="six slots")
+            wait_for(lambda: len(claims(PROBE)) >= 6, timeout=60, message="six slots")
     finally:
         consumers.stop_all()
 
     with app.app_context():
-        claimed = slots.claims(PROBE)
+        claimed = claims(PROBE)
         runs = effect_summary("periodic-probe")["rows"]
-        sweeps = slots.claims("taskrunner.detect_stuck")
+        sweeps = claims("taskrunner.detect_stuck")
     logs = consumers.logs()
     # Both schedulers enqueued the same slots: the second copy found its slot taken.
     assert f"Periodic {PROBE}, slot" in logs and "skipped (claimed by" in logs
@@ -68,3 +89,58 @@ def test_two_consumers_with_periodic_tasks_run_each_slot_once(make_app, tmp_path
     assert all(row.slot.microsecond == 0 for row in claimed)
     assert sweeps, "the stuck sweep ran under the same rule"
     assert {first.returncode, second.returncode} == {0}
+
+
+@pytest.mark.workers
+def test_a_pause_is_honoured_by_every_scheduler_within_one_tick(make_app, tmp_path):
+    app = make_app(**SHORT_PERIODS)
+    consumers = Consumers(app, tmp_path)
+    extra = {"TASKLEDGER_EXTRA_MODULES": "tests.periodic_probe"}
+    first = consumers.start("default", workers=1, periodic=True, **extra)
+    second = consumers.start("default", workers=1, periodic=True, **extra)
+    try:
+        with app.app_context():
+            wait_for(lambda: len(claims(PROBE)) >= 2, timeout=60, message="two slots run")
+            # The probe is declared in the consumers only: paused through the ledger.
+            ledger.schedules.set_paused(PROBE, True, Actor("ops@example.com", "cli"))
+            paused_at = utcnow()
+            wait_for(
+                lambda: sum(row.outcome == "paused" for row in slot_rows(PROBE)) >= 4,
+                timeout=60,
+                message="four slots skipped as paused",
+            )
+            rows = slot_rows(PROBE)
+            runs = effect_summary("periodic-probe")["rows"]
+    finally:
+        consumers.stop_all()
+
+    tick = timedelta(seconds=SHORT_PERIODS["TASK_RUNNER_RELAY_SECONDS"])
+    ran = [row for row in rows if row.outcome != "paused"]
+    # No scheduler ran a slot that began a tick after the pause; every run is a run slot.
+    assert [row.slot for row in ran if row.slot > paused_at + tick] == []
+    assert runs == len(ran)
+    assert {first.returncode, second.returncode} == {0}
+
+
+@pytest.mark.workers
+def test_run_now_runs_one_slot_through_a_real_consumer(make_app, tmp_path):
+    app = make_app()
+    consumers = Consumers(app, tmp_path)
+    consumer = consumers.start("default", workers=1)  # no scheduler of its own
+    name = "taskrunner.relay_events"
+    try:
+        with app.app_context():
+            slot = schedules.run_now(name, Actor("ops@example.com", "web"))
+            wait_for(
+                lambda: any(row.finished_at for row in slot_rows(name)),
+                timeout=60,
+                message="the slot run by the consumer",
+            )
+            last = schedules.schedule(name).last_slot
+    finally:
+        consumers.stop_all()
+
+    assert (last.slot_at, last.state) == (slot, "ok")
+    assert last.initiator == "operator:ops@example.com"
+    assert last.host and last.host.split(":")[1] != str(os.getpid())
+    assert consumer.returncode == 0

@@ -1,0 +1,335 @@
+"""Schedule slots and schedule states: claims, how slots ended, pauses, missed episodes.
+
+A slot row is written once by the claim (primary key (name, slot): one claim through)
+and finished by the body's end. A slot nobody claimed within its grace is written
+``missed`` by the watch, which opens the schedule's missed episode with its one
+``tasks.schedule.missed`` event; the next slot that runs closes it with
+``tasks.schedule.recovered``. Both happen in the transaction that writes the rows, so
+a second watcher or a second host sees the episode already open (or closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import Row, delete, func, select, union_all, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from database import is_sqlite, iso, utcnow, write_transaction
+from taskrunner import events as ev
+from taskrunner.ledger.records import Actor
+from taskrunner.ledger.writes import Writes, lock_row
+from taskrunner.models import OperatorAction, ScheduleSlot, ScheduleState, TaskRun
+
+SCHEDULE_ACTIONS = ("schedule-pause", "schedule-resume", "schedule-run-now")
+MISSED = "missed"
+PAUSED = "paused"
+SLOT_COLUMNS = (
+    ScheduleSlot.name,
+    ScheduleSlot.slot,
+    ScheduleSlot.claimed_at,
+    ScheduleSlot.claimed_by,
+    ScheduleSlot.enqueued_at,
+    ScheduleSlot.finished_at,
+    ScheduleSlot.outcome,
+    ScheduleSlot.reason,
+    ScheduleSlot.run_uuid,
+    ScheduleSlot.initiator,
+)
+
+
+class ScheduleSlots:
+    """Every read and write of ``periodic_slots`` and ``schedule_states``."""
+
+    def __init__(self, session: Session, writes: Writes) -> None:
+        self.session = session
+        self.writes = writes
+
+    def _insert(self, model: type) -> postgresql.Insert | sqlite.Insert:
+        dialect = sqlite if is_sqlite(self.session) else postgresql
+        return dialect.insert(model)
+
+    def _know(self, names: Iterable[str], now: datetime) -> None:
+        rows = [{"name": name, "first_known_at": now, "missed_slots": 0} for name in names]
+        if rows:
+            self.session.execute(
+                self._insert(ScheduleState).on_conflict_do_nothing(index_elements=["name"]),
+                rows,
+            )
+
+    # -- writes -------------------------------------------------------------------
+
+    def register(self, names: Iterable[str], now: datetime | None = None) -> None:
+        """Note schedules the app knows from now on (a schedule already known keeps its date)."""
+        with write_transaction(self.session):
+            self._know(list(names), now or utcnow())
+
+    def claim(
+        self,
+        name: str,
+        slot: datetime,
+        host: str,
+        enqueued_at: datetime | None = None,
+        initiator: str = "schedule",
+        now: datetime | None = None,
+    ) -> bool:
+        """True for the one caller that may run ``name`` for ``slot``; False for every other.
+
+        A slot the watch wrote missed is still claimed by its late job (one claim through,
+        as for any slot): a queue running behind its graces must not stop a schedule.
+        """
+        now = now or utcnow()
+        table = ScheduleSlot.__table__
+        claimed = {
+            "claimed_at": now,
+            "claimed_by": host,
+            "enqueued_at": enqueued_at,
+            "initiator": initiator,
+        }
+        stmt = (
+            self._insert(ScheduleSlot)
+            .values(name=name, slot=slot, **claimed)
+            .on_conflict_do_update(
+                index_elements=["name", "slot"],
+                set_={**claimed, "outcome": None, "finished_at": None},
+                where=table.c.outcome == MISSED,
+            )
+            .returning(table.c.name)
+        )
+        with write_transaction(self.session):
+            self._know([name], now)
+            return self.session.execute(stmt).first() is not None
+
+    def skip_paused(
+        self, name: str, slot: datetime, host: str, now: datetime | None = None
+    ) -> bool:
+        """True when ``name`` is paused; its slot is then recorded ``paused`` (once)."""
+        now = now or utcnow()
+        with write_transaction(self.session):
+            state = self.session.get(ScheduleState, name)
+            if state is None or state.paused_at is None:
+                return False
+            self.session.execute(
+                self._insert(ScheduleSlot)
+                .values(
+                    name=name,
+                    slot=slot,
+                    claimed_at=now,
+                    claimed_by=host,
+                    finished_at=now,
+                    outcome=PAUSED,
+                )
+                .on_conflict_do_nothing(index_elements=["name", "slot"])
+            )
+        return True
+
+    def finish(
+        self,
+        name: str,
+        slot: datetime,
+        reason: str | None,
+        run_uuid: str | None,
+        now: datetime | None = None,
+    ) -> None:
+        """Record how a claimed slot's body ended; a run ends the schedule's missed episode."""
+        now = now or utcnow()
+        with self.writes.transition() as outbox:
+            self.session.execute(
+                update(ScheduleSlot)
+                .where(ScheduleSlot.name == name, ScheduleSlot.slot == slot)
+                .values(
+                    finished_at=now,
+                    outcome="raised" if reason is not None else "ok",
+                    reason=reason,
+                    run_uuid=run_uuid,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            state = lock_row(self.session, ScheduleState, ScheduleState.name == name)
+            if state is not None and state.missed_from is not None:
+                event = ev.ScheduleRecovered(name, state.missed_slots, iso(now) or "")
+                self.writes.emit(outbox, event, None)
+                state.missed_from, state.missed_slots = None, 0
+
+    def mark_missed(
+        self,
+        name: str,
+        slots: list[datetime],
+        watched_until: datetime | None = None,
+        now: datetime | None = None,
+    ) -> int:
+        """Write ``slots`` as missed; the first of an episode raises its one event. The
+        watch notes how far it looked (``watched_until``): its next turn starts there.
+
+        Returns how many were new (a slot claimed or marked meanwhile is left as it is).
+        """
+        if not slots and watched_until is None:
+            return 0
+        now = now or utcnow()
+        rows = [
+            {"name": name, "slot": slot, "claimed_at": now, "claimed_by": "", "outcome": MISSED}
+            for slot in slots
+        ]
+        with self.writes.transition() as outbox:
+            self._know([name], now)
+            state = lock_row(self.session, ScheduleState, ScheduleState.name == name)
+            new = self._insert_new(rows)
+            if watched_until is not None and state is not None:
+                state.watched_until = max(watched_until, state.watched_until or watched_until)
+            if new and state is not None:
+                if state.missed_from is None:
+                    state.missed_from = min(new)
+                    state.missed_slots = len(new)
+                    event = ev.ScheduleMissed(name, iso(min(new)) or "", len(new))
+                    self.writes.emit(outbox, event, None)
+                else:
+                    state.missed_slots += len(new)
+        return len(new)
+
+    def _insert_new(self, rows: list[dict]) -> list[datetime]:
+        """The slots of ``rows`` this insert wrote (one statement a row: the slots one watch
+        found unclaimed, a handful but after an outage)."""
+        table = ScheduleSlot.__table__
+        stmt = (
+            self._insert(ScheduleSlot)
+            .on_conflict_do_nothing(index_elements=["name", "slot"])
+            .returning(table.c.slot)
+        )
+        return [slot for row in rows if (slot := self.session.execute(stmt, row).scalar())]
+
+    def set_paused(
+        self, name: str, paused: bool, actor: Actor, now: datetime | None = None
+    ) -> bool:
+        """Pause or resume ``name``; False when it already was. Recorded as an operator action."""
+        now = now or utcnow()
+        with write_transaction(self.session):
+            self._know([name], now)
+            state = lock_row(self.session, ScheduleState, ScheduleState.name == name)
+            if (state.paused_at is not None) == paused:
+                return False
+            state.paused_at, state.paused_by = (now, actor.name) if paused else (None, None)
+            action = "schedule-pause" if paused else "schedule-resume"
+            self.writes.record_action(None, action, actor, {"schedule": name})
+        return True
+
+    def record_run_now(self, name: str, slot: datetime, actor: Actor) -> None:
+        with write_transaction(self.session):
+            self.writes.record_action(
+                None, "schedule-run-now", actor, {"schedule": name, "slot": iso(slot)}
+            )
+
+    def prune(self, older_than: datetime) -> int:
+        """Forget slots older than the retention (the schedules keep their states)."""
+        with write_transaction(self.session):
+            return self.session.execute(
+                delete(ScheduleSlot)
+                .where(ScheduleSlot.slot < older_than)
+                .execution_options(synchronize_session=False)
+            ).rowcount
+
+    # -- reads --------------------------------------------------------------------
+
+    def states(self) -> dict[str, ScheduleState]:
+        rows = self.session.execute(select(ScheduleState)).scalars()
+        return {row.name: row for row in rows}
+
+    def recent(self, names: Iterable[str], limit: int) -> dict[str, list[Row]]:
+        """Each of ``names``' newest ``limit`` slot rows, newest first.
+
+        One statement of one short look per name down the primary key (``name``, ``slot``):
+        its cost follows ``limit``, not the rows a year of slots holds.
+        """
+        looks = [
+            select(*SLOT_COLUMNS)
+            .where(ScheduleSlot.name == name)
+            .order_by(ScheduleSlot.slot.desc())
+            .limit(limit)
+            .subquery()
+            .select()
+            for name in names
+        ]
+        found: dict[str, list[Row]] = {name: [] for name in names}
+        if looks:
+            for row in self.session.execute(union_all(*looks)):
+                found[row.name].append(row)
+        for rows in found.values():
+            rows.sort(key=lambda row: row.slot, reverse=True)
+        return found
+
+    def slots_in(self, name: str, after: datetime, until: datetime) -> set[datetime]:
+        """The slots of ``name`` with a row in (``after``, ``until``], whatever their outcome."""
+        rows = self.session.execute(
+            select(ScheduleSlot.slot).where(
+                ScheduleSlot.name == name, ScheduleSlot.slot > after, ScheduleSlot.slot <= until
+            )
+        )
+        return set(rows.scalars())
+
+    def claimed(self, name: str) -> list[Row]:
+        """The slots of ``name`` a scheduler claimed, oldest first (the chaos run's check)."""
+        rows = self.session.execute(
+            select(*SLOT_COLUMNS)
+            .where(ScheduleSlot.name == name, ScheduleSlot.outcome.is_distinct_from(MISSED))
+            .where(ScheduleSlot.outcome.is_distinct_from(PAUSED))
+            .order_by(ScheduleSlot.slot)
+        )
+        return list(rows)
+
+    def missed_since(self, names: Iterable[str], since: datetime) -> dict[str, int]:
+        """How many slots of each of ``names`` were written missed since ``since``."""
+        looks = [
+            select(ScheduleSlot.name, func.count().label("missed"))
+            .where(
+                ScheduleSlot.name == name,
+                ScheduleSlot.slot >= since,
+                ScheduleSlot.outcome == MISSED,
+            )
+            .group_by(ScheduleSlot.name)
+            for name in names
+        ]
+        if not looks:
+            return {}
+        return {row.name: row.missed for row in self.session.execute(union_all(*looks))}
+
+    def last_success(self, names: Iterable[str]) -> dict[str, Row]:
+        """Each of ``names``' newest slot that ran without raising: ``slot``, ``finished_at``.
+
+        Missed and paused rows are no run, and a slot still running has not succeeded yet.
+        """
+        looks = [
+            select(ScheduleSlot.name, ScheduleSlot.slot, ScheduleSlot.finished_at)
+            .where(ScheduleSlot.name == name, ScheduleSlot.outcome == "ok")
+            .order_by(ScheduleSlot.slot.desc())
+            .limit(1)
+            .subquery()
+            .select()
+            for name in names
+        ]
+        if not looks:
+            return {}
+        return {row.name: row for row in self.session.execute(union_all(*looks))}
+
+    def actions(self, name: str, limit: int = 20) -> list[OperatorAction]:
+        """The operator actions on schedule ``name``, newest first."""
+        rows = self.session.execute(
+            select(OperatorAction)
+            .where(
+                OperatorAction.task_run_id.is_(None),
+                OperatorAction.action.in_(SCHEDULE_ACTIONS),
+                OperatorAction.detail["schedule"].as_string() == name,
+            )
+            .order_by(OperatorAction.id.desc())
+            .limit(limit)
+        )
+        return list(rows.scalars())
+
+    def run_statuses(self, uuids: Iterable[str]) -> dict[str, str]:
+        wanted = sorted(set(uuids))
+        if not wanted:
+            return {}
+        rows = self.session.execute(
+            select(TaskRun.uuid, TaskRun.status).where(TaskRun.uuid.in_(wanted))
+        )
+        return {row.uuid: row.status for row in rows}

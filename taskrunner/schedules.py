@@ -1,0 +1,368 @@
+"""Every periodic schedule, read back from its declaration, with its slots and their states.
+
+A schedule is what ``@periodic`` declared (``tasks.routing.routes``: no list is kept by
+hand) plus what the ledger knows of it: when it was first known, its pause, its slot rows.
+A slot's state is computed when it is read:
+
+- a slot row follows how it ended: ``ok`` (or, for a schedule that starts a run, the
+  run's ``running`` / ``ok`` / ``completed_with_failures`` / ``failed``), ``failed``
+  when the body raised, ``late`` when its claim came more than the grace after its time
+  and it has not ended, else ``running``; ``missed`` and ``paused`` as written;
+- a slot with no row whose time passed by more than the grace is ``missed``, or
+  ``paused`` when the schedule was paused at that time. Counting starts when the
+  schedule was first known (its first claim, or the first watch that saw it declared):
+  a new schedule or a deploy is no missed slot. This is what the page shows when no
+  scheduler runs at all, the very failure it must show.
+
+The watch (``watch``, with the stuck sweep) writes those unclaimed slots ``missed`` from
+where it stopped last, so a gap stays visible once schedulers are back, and opens the
+schedule's missed episode with its one event (``ledger.schedules``); the next slot that
+runs closes it. No scheduler owes a slot older than the newest one it ran, so before a
+scheduled slot ends, the unclaimed slots before it are settled missed at once (grace or
+not): schedulers that were all down and then back leave one episode, opened and closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import Row
+
+from database import utcnow
+from taskrunner.ledger import Actor, ledger
+from taskrunner.models import ScheduleState
+from taskrunner.redaction import redact
+from taskrunner.types import Refused, RunStatus
+from tasks import slots as slot_wiring
+from tasks.queues import queues
+from tasks.routing import PeriodicSpec, routes
+from tasks.schedules import Schedule, slots_between
+
+STRIP = 14
+DETAIL = 100
+BADGE_WINDOW = timedelta(hours=24)
+# Unclaimed slots a read or a watch looks at, at most (a year of a 5-minute schedule is
+# 105,000: the newest are enough to show, and a watch writes the rest at its next turns).
+UNCLAIMED_CAP = 1000
+EPSILON = timedelta(microseconds=1)
+RUN_STATES = {
+    RunStatus.RUNNING: "running",
+    RunStatus.COMPLETED: "ok",
+    RunStatus.COMPLETED_WITH_FAILURES: "completed_with_failures",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "failed",
+}
+
+
+class UnknownSchedule(LookupError):
+    """No periodic schedule of that name is declared."""
+
+
+@dataclass(frozen=True)
+class SlotView:
+    slot_at: datetime
+    state: str
+    host: str | None = None
+    enqueued_at: datetime | None = None
+    claimed_at: datetime | None = None
+    finished_at: datetime | None = None
+    run_uuid: str | None = None
+    reason: str | None = None
+    initiator: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    name: str
+    starts: str  # "run payments.monthly_statements" or "job taskrunner.prune"
+    rule: str  # in words
+    expression: str
+    timezone: str
+    grace_seconds: int
+    paused: bool
+    paused_by: str | None
+    paused_at: datetime | None
+    next_due_at: datetime | None
+    first_known_at: datetime | None
+    missed: int  # slots missed in the last 24 h
+    missed_from: datetime | None  # the open missed episode's first slot
+    slots: list[SlotView]  # newest first
+    unclaimed_missed: list[datetime]  # missed slots with no row yet, oldest first
+
+    @property
+    def last_slot(self) -> SlotView | None:
+        return self.slots[0] if self.slots else None
+
+
+def names() -> list[str]:
+    return sorted(routes.periodic)
+
+
+def _spec(name: str) -> PeriodicSpec:
+    spec = routes.periodic.get(name)
+    if spec is None:
+        raise UnknownSchedule(f"no schedule named {name!r}")
+    return spec
+
+
+def _grace(spec: PeriodicSpec, config: Mapping[str, Any]) -> timedelta:
+    return timedelta(seconds=spec.grace or spec.schedule.grace(config))
+
+
+def _recorded(row: Row, runs: Mapping[str, str], grace: timedelta) -> SlotView:
+    if row.outcome is None:
+        state = "late" if row.claimed_at - row.slot > grace else "running"
+    elif row.outcome == "ok" and row.run_uuid:
+        state = (
+            RUN_STATES.get(RunStatus(runs[row.run_uuid]), "ok") if row.run_uuid in runs else "ok"
+        )
+    elif row.outcome == "raised":
+        state = "failed"
+    else:
+        state = row.outcome  # ok, missed, paused
+    return SlotView(
+        slot_at=row.slot,
+        state=state,
+        host=row.claimed_by or None,
+        enqueued_at=row.enqueued_at,
+        claimed_at=row.claimed_at if row.claimed_by else None,
+        finished_at=row.finished_at,
+        run_uuid=row.run_uuid,
+        reason=row.reason,
+        initiator=row.initiator,
+    )
+
+
+def _unclaimed(
+    schedule: Schedule, after: datetime, until: datetime, config: Mapping[str, Any]
+) -> list[datetime]:
+    """The slots in (``after``, ``until``], the newest ``UNCLAIMED_CAP``, oldest first."""
+    period = schedule.period(config)
+    if period:  # jump ahead: an interval's slots are counted, not looked for one by one
+        after = max(after, until - timedelta(seconds=period * UNCLAIMED_CAP))
+    return slots_between(schedule, after, until, config, UNCLAIMED_CAP)
+
+
+def _next_due(schedule: Schedule, anchor: datetime, now: datetime, config: Mapping) -> Any:
+    # From a stable anchor (the newest slot): a crontab's next minute is cached by it.
+    due = schedule.first_after(anchor, config)
+    while due is not None and due <= now:
+        due = schedule.first_after(due, config)
+    return due
+
+
+def _view(
+    spec: PeriodicSpec,
+    state: ScheduleState | None,
+    rows: list[Row],
+    runs: Mapping[str, str],
+    missed_rows: int,
+    now: datetime,
+    limit: int,
+) -> ScheduleView:
+    config = current_app.config
+    schedule = spec.schedule
+    grace = _grace(spec, config)
+    recorded = [_recorded(row, runs, grace) for row in rows]
+    unclaimed: list[datetime] = []
+    if state is not None:
+        anchor = max(state.first_known_at, rows[0].slot if rows else state.first_known_at)
+        unclaimed = _unclaimed(schedule, anchor, now - grace, config)
+    paused_at = state.paused_at if state is not None else None
+    computed = [
+        SlotView(at, "paused" if paused_at is not None and at >= paused_at else "missed")
+        for at in unclaimed
+    ]
+    missed_now = [view.slot_at for view in computed if view.state == "missed"]
+    slots = sorted(computed + recorded, key=lambda view: view.slot_at, reverse=True)[:limit]
+    anchor_due = rows[0].slot if rows else now.replace(minute=0, second=0, microsecond=0)
+    return ScheduleView(
+        name=spec.name,
+        starts=f"run {spec.starts}" if spec.starts else f"job {spec.name}",
+        rule=schedule.words(config),
+        expression=schedule.expression(config),
+        timezone="UTC",
+        grace_seconds=int(grace.total_seconds()),
+        paused=paused_at is not None,
+        paused_by=state.paused_by if state is not None else None,
+        paused_at=paused_at,
+        next_due_at=_next_due(schedule, anchor_due, now, config),
+        first_known_at=state.first_known_at if state is not None else None,
+        missed=missed_rows + sum(1 for at in missed_now if at >= now - BADGE_WINDOW),
+        missed_from=state.missed_from if state is not None else None,
+        slots=slots,
+        unclaimed_missed=missed_now,
+    )
+
+
+def _views(wanted: list[str], limit: int, now: datetime | None) -> list[ScheduleView]:
+    now = now or utcnow()
+    try:
+        states = ledger.schedules.states()
+        recent = ledger.schedules.recent(wanted, limit)
+        missed = ledger.schedules.missed_since(wanted, now - BADGE_WINDOW)
+        runs = ledger.schedules.run_statuses(
+            row.run_uuid for rows in recent.values() for row in rows if row.run_uuid
+        )
+        return [
+            _view(
+                routes.periodic[name],
+                states.get(name),
+                recent[name],
+                runs,
+                missed.get(name, 0),
+                now,
+                limit,
+            )
+            for name in wanted
+        ]
+    finally:
+        ledger.session.rollback()  # a read holds no transaction open
+
+
+def schedules(now: datetime | None = None, limit: int = STRIP) -> list[ScheduleView]:
+    """Every declared schedule with its newest ``limit`` slots."""
+    return _views(names(), limit, now)
+
+
+def schedule(name: str, now: datetime | None = None, limit: int = DETAIL) -> ScheduleView:
+    """One schedule with its newest ``limit`` slots; ``UnknownSchedule`` if none is declared."""
+    _spec(name)
+    return _views([name], limit, now)[0]
+
+
+def missed_count(now: datetime | None = None) -> int:
+    """Schedules with a missed slot in the last 24 h (the navigation's badge)."""
+    return sum(1 for view in schedules(now, limit=1) if view.missed)
+
+
+def watch(now: datetime | None = None) -> int:
+    """Note every declared schedule, and write the slots no scheduler claimed within their
+    grace missed, from where the last watch stopped; how many it wrote.
+
+    Gaps before a schedule's newest slot count too: schedulers that were all down for a
+    while, then back, left slots nobody ran.
+    """
+    now = now or utcnow()
+    ledger.schedules.register(names(), now)
+    try:
+        states = ledger.schedules.states()
+        newest = ledger.schedules.recent(names(), 1)
+        found = {}
+        for name in names():
+            spec = routes.periodic[name]
+            until = now - _grace(spec, current_app.config)
+            # Nobody owes a slot older than the newest one a scheduler took: no grace
+            # (an operator's run-now is no scheduler's: its slot moves nothing).
+            last = newest[name][0] if newest[name] else None
+            if last is not None and last.initiator in (None, "schedule"):
+                until = max(until, min(now, last.slot - EPSILON))
+            found[name] = (_gap(spec, states[name], until), until)
+    finally:
+        ledger.session.rollback()
+    return sum(
+        ledger.schedules.mark_missed(name, missing, until, now)
+        for name, (missing, until) in found.items()
+    )
+
+
+def _gap(spec: PeriodicSpec, state: ScheduleState, until: datetime) -> list[datetime]:
+    """The slots of ``spec`` from where the watch stopped to ``until`` that no row holds
+    (a paused schedule's excepted)."""
+    start = max(state.first_known_at, state.watched_until or state.first_known_at)
+    if until <= start:
+        return []
+    have = ledger.schedules.slots_in(spec.name, start, until)
+    return [
+        at
+        for at in _unclaimed(spec.schedule, start, until, current_app.config)
+        if at not in have and (state.paused_at is None or at < state.paused_at)
+    ]
+
+
+def settle_gap(name: str, slot: datetime, now: datetime | None = None) -> int:
+    """Before a scheduled slot ends: its schedule's slots before it that no scheduler
+    claimed are missed now, grace or not (no scheduler owes a slot older than the newest
+    it ran), so schedulers that were all down and then back leave one episode, which this
+    slot's end closes. A slot off the schedule's grid (run now) settles nothing."""
+    spec = routes.periodic.get(name)
+    if spec is None or spec.schedule.first_after(slot - EPSILON, current_app.config) != slot:
+        return 0
+    try:
+        state = ledger.schedules.states().get(name)
+        missing = _gap(spec, state, slot - EPSILON) if state is not None else []
+    finally:
+        ledger.session.rollback()
+    return ledger.schedules.mark_missed(name, missing, now=now)
+
+
+# -- operator actions -------------------------------------------------------------
+
+
+def previous_run_running(name: str) -> str | None:
+    """The uuid of the schedule's newest slot's run while that run still runs."""
+    last = schedule(name, limit=1).last_slot
+    if last is not None and last.state in ("running", "late") and last.run_uuid:
+        return last.run_uuid
+    return None
+
+
+def run_now(
+    name: str, actor: Actor, confirmed: bool = False, now: datetime | None = None
+) -> datetime:
+    """Enqueue a slot of ``name`` now, the way its scheduler does (initiator ``operator:…``).
+
+    Refused while the schedule's previous run still runs, unless ``confirmed`` again.
+    """
+    _spec(name)
+    running = previous_run_running(name)
+    if running and not confirmed:
+        raise Refused(
+            f"{name}: its previous run {running} is still running; confirm again to start another"
+        )
+    slot = (now or utcnow()).replace(microsecond=0)
+    ledger.schedules.record_run_now(name, slot, actor)
+    queues().enqueue_slot(name, slot, f"operator:{actor.name}")
+    return slot
+
+
+def pause(name: str, actor: Actor, now: datetime | None = None) -> bool:
+    """Pause ``name``: every scheduler skips its slots from its next check. False: it was."""
+    _spec(name)
+    return ledger.schedules.set_paused(name, True, actor, now)
+
+
+def resume(name: str, actor: Actor, now: datetime | None = None) -> bool:
+    """Resume ``name``; False when it was not paused."""
+    _spec(name)
+    return ledger.schedules.set_paused(name, False, actor, now)
+
+
+# -- the wiring's slot keeper ---------------------------------------------------------
+
+
+class LedgerSlotKeeper:
+    """The slot keeper the Huey wiring claims through (``tasks.slots.SlotKeeper``)."""
+
+    def paused(self, name: str, slot: datetime, host: str) -> bool:
+        return ledger.schedules.skip_paused(name, slot, host)
+
+    def claim(
+        self, name: str, slot: datetime, host: str, enqueued_at: datetime | None, initiator: str
+    ) -> bool:
+        return ledger.schedules.claim(name, slot, host, enqueued_at, initiator)
+
+    def finished(
+        self, name: str, slot: datetime, error: BaseException | None, run_uuid: str | None
+    ) -> None:
+        reason = redact(error) if error is not None else None
+        settle_gap(name, slot)
+        ledger.schedules.finish(name, slot, reason, run_uuid)
+
+
+def init_app(app: Any) -> None:
+    slot_wiring.bind(app, LedgerSlotKeeper())

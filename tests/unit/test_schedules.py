@@ -1,0 +1,274 @@
+"""Schedules read back from their declarations; slots as records; missed, late and paused
+computed on read, with one event per missed episode (the clock seam, never a sleep)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+import payments.statements  # noqa: F401 - declares the monthly statements
+import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
+from taskrunner import events, schedules
+from taskrunner.ledger import Actor, ledger
+from tasks.routing import routes
+
+SWEEP = "taskrunner.detect_stuck"  # every 300 s by default: grace 600 s
+T0 = datetime(2026, 3, 1, 12, 0)
+PERIOD = timedelta(seconds=300)
+GRACE = timedelta(seconds=600)
+
+
+@pytest.fixture
+def heard(ctx):
+    """The sweep schedule's events the app delivered, in order (the other schedules are
+    first known at the first watch too, and miss their own slots)."""
+    got: list[dict] = []
+
+    def hear(event) -> None:
+        if event["payload"]["schedule"] == SWEEP:
+            got.append(dict(event))
+
+    for name in ("tasks.schedule.missed", "tasks.schedule.recovered"):
+        events.subscribe(name, hear)
+    return got
+
+
+def ran(name: str, slot: datetime, at: datetime | None = None) -> None:
+    """A scheduler's slot: claimed and run to its end."""
+    assert ledger.schedules.claim(name, slot, "host-a:1", now=at or slot)
+    ledger.schedules.finish(name, slot, None, None, now=at or slot)
+
+
+def states(view: schedules.ScheduleView) -> list[tuple[datetime, str]]:
+    return [(slot.slot_at, slot.state) for slot in view.slots]
+
+
+def test_every_declared_schedule_is_read_back_with_its_rule_in_words(ctx):
+    views = {view.name: view for view in schedules.schedules(now=T0)}
+    assert set(views) == set(routes.periodic)
+    statements = views["payments.monthly_statements"]
+    assert statements.rule == "on day 1 at 02:00 UTC"
+    assert statements.expression == "0 2 1 * *"
+    assert statements.starts == "run payments.monthly_statements"
+    assert statements.timezone == "UTC"
+    assert statements.next_due_at == datetime(2026, 4, 1, 2, 0)
+    relay = views["taskrunner.relay_events"]
+    assert relay.rule == "every 60 s (TASK_RUNNER_RELAY_SECONDS)"
+    assert relay.expression == "60s" and relay.starts == "job taskrunner.relay_events"
+    assert views["taskrunner.prune"].rule == "daily at 03:17 UTC"
+    assert views["coursebuilder.recover"].rule == "every 5 minutes"
+    assert not any(view.paused for view in views.values())
+
+
+def test_a_scheduler_down_for_three_slots_gives_three_missed_slots_and_one_event(ctx, heard):
+    ran(SWEEP, T0)
+    missing = [T0 + PERIOD * k for k in (1, 2, 3)]
+    # The sweep (any host's) watches while the scheduler is down, again and again.
+    for slot in missing:
+        schedules.watch(now=slot + GRACE + timedelta(seconds=1))
+        schedules.watch(now=slot + GRACE + timedelta(seconds=30))
+    view = schedules.schedule(SWEEP, now=missing[-1] + GRACE + timedelta(seconds=1))
+    assert [slot for slot, state in states(view) if state == "missed"] == missing[::-1]
+    assert view.missed == 3 and view.missed_from == missing[0]
+    assert heard == [
+        {
+            **heard[0],
+            "name": "tasks.schedule.missed",
+            "payload": {"schedule": SWEEP, "slot_at": "2026-03-01T12:05:00Z", "missed_slots": 1},
+        }
+    ]
+
+    # It is back: the next slot runs, the episode ends once, and nothing more is raised.
+    back = T0 + PERIOD * 4
+    ran(SWEEP, back, at=back + timedelta(seconds=700))
+    for k in (5, 6):
+        ran(SWEEP, T0 + PERIOD * k)
+        schedules.watch(now=T0 + PERIOD * k + GRACE)
+    assert [event["name"] for event in heard] == [
+        "tasks.schedule.missed",
+        "tasks.schedule.recovered",
+    ]
+    assert heard[1]["payload"] == {
+        "schedule": SWEEP,
+        "missed_slots": 3,
+        "recovered_at": "2026-03-01T12:31:40Z",
+    }
+    view = schedules.schedule(SWEEP, now=T0 + PERIOD * 6 + timedelta(seconds=1))
+    assert view.missed_from is None
+    assert states(view)[:3] == [(T0 + PERIOD * k, "ok") for k in (6, 5, 4)]
+
+
+def test_schedulers_all_down_for_three_slots_then_back_leave_three_missed_and_one_event(ctx, heard):
+    # Nothing ran while they were down, not even the sweep that watches.
+    ran(SWEEP, T0)
+    schedules.watch(now=T0 + timedelta(seconds=1))
+    back = T0 + PERIOD * 4
+    # Back: the sweep's own slot is claimed, its body watches, then it ends (through the
+    # keeper the wiring calls).
+    keeper = schedules.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, back, "host-a:1", back, "schedule")
+    schedules.watch(now=back + timedelta(seconds=2))
+    keeper.finished(SWEEP, back, None, None)
+    for k in (5, 6, 7):
+        ran(SWEEP, T0 + PERIOD * k)
+        schedules.watch(now=T0 + PERIOD * k + timedelta(seconds=2))
+    view = schedules.schedule(SWEEP, now=T0 + PERIOD * 7 + timedelta(seconds=3))
+    assert [slot for slot, state in states(view) if state == "missed"] == [
+        T0 + PERIOD * k for k in (3, 2, 1)
+    ]
+    assert [(event["name"], event["payload"]["missed_slots"]) for event in heard] == [
+        ("tasks.schedule.missed", 3),
+        ("tasks.schedule.recovered", 3),
+    ]
+
+
+def test_missed_slots_are_computed_on_read_when_no_scheduler_runs_at_all(ctx, heard):
+    ran(SWEEP, T0)
+    later = T0 + timedelta(hours=2)
+    view = schedules.schedule(SWEEP, now=later)
+    missed = [slot for slot, state in states(view) if state == "missed"]
+    # Two hours of 5-minute slots, less the ones still inside their grace.
+    assert len(missed) == 24 - 2 and view.missed == 22
+    assert heard == []  # a read writes nothing and raises nothing
+    assert schedules.missed_count(now=later) == 1
+
+
+def test_a_new_schedule_or_a_deploy_raises_no_false_alarm(ctx, heard):
+    # Never known: whatever the clock says, nothing is missed.
+    assert all(view.missed == 0 for view in schedules.schedules(now=T0 + timedelta(days=40)))
+    # First known now (a deploy's first watch): slots before it are no missed slots.
+    schedules.watch(now=T0)
+    schedules.watch(now=T0 + GRACE - timedelta(seconds=1))
+    ran(SWEEP, T0 + PERIOD)
+    ran(SWEEP, T0 + PERIOD * 2)
+    schedules.watch(now=T0 + PERIOD * 2 + GRACE)
+    view = schedules.schedule(SWEEP, now=T0 + PERIOD * 2 + GRACE)
+    assert view.missed == 0 and heard == []
+    # The monthly statements were last run long ago, but were first known today.
+    statements = schedules.schedule("payments.monthly_statements", now=T0 + timedelta(days=1))
+    assert statements.missed == 0 and statements.first_known_at == T0
+
+
+def test_a_paused_schedules_slots_are_paused_never_missed(ctx, heard):
+    ran(SWEEP, T0)
+    ops = Actor("ops@example.com", "web")
+    assert schedules.pause(SWEEP, ops, now=T0 + timedelta(seconds=1)) is True
+    assert schedules.pause(SWEEP, ops) is False
+    later = T0 + timedelta(hours=1)
+    schedules.watch(now=later)
+    view = schedules.schedule(SWEEP, now=later)
+    assert view.paused and view.paused_by == "ops@example.com"
+    assert {state for _slot, state in states(view)[:-1]} == {"paused"}
+    assert view.missed == 0 and heard == []
+    assert schedules.resume(SWEEP, Actor("ops@example.com", "web")) is True
+    assert not schedules.schedule(SWEEP, now=later).paused
+
+
+def test_a_slot_claimed_after_its_grace_and_still_running_is_late(ctx):
+    schedules.watch(now=T0)
+    slot = T0 + PERIOD
+    assert ledger.schedules.claim(SWEEP, slot, "host-b:7", now=slot + GRACE + timedelta(seconds=1))
+    view = schedules.schedule(SWEEP, now=slot + GRACE + timedelta(seconds=2))
+    assert states(view)[0] == (slot, "late")
+    assert view.last_slot.host == "host-b:7"
+    ledger.schedules.finish(SWEEP, slot, "unhandled KeyError — see logs, ref abc", None)
+    failed = schedules.schedule(SWEEP, now=slot + GRACE).last_slot
+    assert failed.state == "failed" and failed.reason.startswith("unhandled KeyError")
+
+
+def test_a_slot_that_started_a_run_follows_the_run(inline_ctx):
+    from taskrunner.ledger import ledger as the_ledger
+
+    handle = payments.statements.start_monthly_statements("2026-02", "schedule")
+    slot = datetime(2026, 3, 1, 2, 0)
+    the_ledger.schedules.claim("payments.monthly_statements", slot, "host-a:1", now=slot)
+    the_ledger.schedules.finish("payments.monthly_statements", slot, None, handle.uuid)
+    last = schedules.schedule("payments.monthly_statements", now=slot).last_slot
+    run = the_ledger.runs.find_run(handle.uuid)
+    expected = schedules.RUN_STATES[run.status]
+    assert last.run_uuid == handle.uuid and last.state == expected
+
+
+def test_slot_rows_are_pruned_with_the_retention_like_runs(ctx):
+    from taskrunner import runner
+
+    old, recent = T0 - timedelta(days=400), datetime.now().replace(microsecond=0)
+    ran(SWEEP, old)
+    ran(SWEEP, recent)
+    report = runner.prune(days=30)
+    assert report.slots == 1
+    assert [row.slot for row in ledger.schedules.recent([SWEEP], 10)[SWEEP]] == [recent]
+
+
+def test_an_unknown_schedule_is_refused(ctx):
+    with pytest.raises(schedules.UnknownSchedule):
+        schedules.schedule("no.such.schedule")
+
+
+def periodic_task(app, name: str):
+    huey = app.extensions["queues"].huey("default")
+    [task_class] = [cls for cls in huey._registry._periodic_tasks if cls().name == name]
+    return huey, task_class
+
+
+def test_a_scheduler_skips_a_paused_schedules_slot_at_its_next_check(ctx, monkeypatch):
+    name = "taskrunner.relay_events"
+    relayed = []
+    monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
+    schedules.pause(name, Actor("ops@example.com", "web"))
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [T0.isoformat()], "enqueued": T0.isoformat()}))
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert row.outcome == "paused" and relayed == []
+
+
+def test_a_slot_whose_body_raised_keeps_its_redacted_reason(ctx, monkeypatch):
+    name = "taskrunner.relay_events"
+
+    def broken() -> int:
+        raise RuntimeError("password=hunter2 leaked in a message")
+
+    monkeypatch.setattr("taskrunner.delivery.relay", broken)
+    huey, task_class = periodic_task(ctx, name)
+    try:
+        huey.execute(task_class(kwargs={"slots": [T0.isoformat()]}))
+    except RuntimeError:
+        pass
+    last = schedules.schedule(name, now=T0).last_slot
+    assert last.state == "failed" and last.host
+    assert last.reason.startswith("unhandled builtins.RuntimeError")
+    assert "hunter2" not in last.reason
+
+
+def test_a_slot_written_missed_is_still_run_by_its_late_job_once(ctx, heard):
+    ran(SWEEP, T0)
+    late = T0 + PERIOD
+    schedules.watch(now=late + GRACE + timedelta(seconds=1))
+    assert states(schedules.schedule(SWEEP, now=late + GRACE))[0] == (late, "missed")
+    # The queue ran behind: the slot's job comes now, and runs it (once).
+    at = late + GRACE + timedelta(seconds=5)
+    assert ledger.schedules.claim(SWEEP, late, "host-a:1", now=at)
+    assert not ledger.schedules.claim(SWEEP, late, "host-b:2", now=at)
+    assert states(schedules.schedule(SWEEP, now=at))[0] == (late, "late")
+    ledger.schedules.finish(SWEEP, late, None, None, now=at)
+    assert states(schedules.schedule(SWEEP, now=at))[0] == (late, "ok")
+    assert [event["name"] for event in heard] == [
+        "tasks.schedule.missed",
+        "tasks.schedule.recovered",
+    ]
+
+
+def test_an_operators_run_now_settles_no_scheduled_slot_as_missed(ctx, heard):
+    ran(SWEEP, T0)
+    schedules.watch(now=T0 + timedelta(seconds=1))
+    due = T0 + PERIOD  # its job still waits in the queue
+    by_hand = due + timedelta(seconds=5)
+    keeper = schedules.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, by_hand, "host-a:1", by_hand, "operator:ops@example.com")
+    keeper.finished(SWEEP, by_hand, None, None)
+    schedules.watch(now=by_hand + timedelta(seconds=1))
+    assert ledger.schedules.claim(SWEEP, due, "host-a:1", now=by_hand + timedelta(seconds=9))
+    assert heard == []
+    view = schedules.schedule(SWEEP, now=by_hand + timedelta(seconds=10))
+    assert "missed" not in {state for _slot, state in states(view)}
