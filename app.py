@@ -78,6 +78,7 @@ def register_modules(app: Flask) -> None:
     import taskrunner.periodic  # noqa: F401 - declares the runner's periodic tasks
     import tasks.slots  # noqa: F401 - the periodic slot claims table
     from accounts import setup as accounts
+    from alerts import setup as alerts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics
     from dlp import setup as dlp
@@ -90,7 +91,16 @@ def register_modules(app: Flask) -> None:
     appstate.init_app(app)
     streams.init_app(app)
     with app.app_context():
-        for module in (tenancy, dlp, diagnostics, payments, accounts, coursebuilder, documents):
+        for module in (
+            tenancy,
+            dlp,
+            diagnostics,
+            payments,
+            accounts,
+            coursebuilder,
+            documents,
+            alerts,
+        ):
             module.init_app(app)
         for module in extra_modules(app.config.get("TASKLEDGER_EXTRA_MODULES") or ""):
             module.init_app(app)
