@@ -80,8 +80,9 @@ def send(channel: Channel, message_id: int, body: Mapping[str, Any]) -> str:
     try:
         answer = channel.send(body)
     except ChannelError as exc:
-        record(message_id, channel.name, error=f"{channel.name} {exc}")
-        raise
+        reason = f"{channel.name} {exc}"  # the outbox's refusal names the channel too
+        record(message_id, channel.name, error=reason)
+        raise ChannelError(reason) from None
     record(message_id, channel.name, answer=answer)
     return answer
 
