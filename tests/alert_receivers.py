@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
-from email import message_from_bytes
+from email import message_from_bytes, policy
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -81,7 +82,7 @@ class MailHandler:
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.raw.append(envelope.content)
-        self.messages.append(message_from_bytes(envelope.content))
+        self.messages.append(message_from_bytes(envelope.content, policy=policy.default))
         return "250 Message accepted for delivery"
 
 
@@ -90,15 +91,18 @@ class SmtpReceiver:
 
     def __init__(self) -> None:
         self.handler = MailHandler()
-        self.controller = Controller(self.handler, hostname="127.0.0.1", port=0)
+        self.port = free_port()
+        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
         self.controller.start()
-
-    @property
-    def port(self) -> int:
-        return self.controller.server.sockets[0].getsockname()[1]
 
     def close(self) -> None:
         self.controller.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def verify_signature(secret: str, header: str, body: bytes, tolerance: int = 300) -> bool:
