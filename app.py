@@ -153,6 +153,7 @@ def register_errorhandlers(app: Flask) -> None:
 
 def register_commands(app: Flask) -> None:
     from accounts.cli import users_cli
+    from alerts.cli import alerts_cli
     from asyncrequests.cli import async_requests_cli, tenants_cli
     from blueprints.openapi_cli import openapi_cli
     from coursebuilder.cli import builder_cli
@@ -171,5 +172,5 @@ def register_commands(app: Flask) -> None:
         builder_cli,
     ):
         app.cli.add_command(command)
-    for command in (tenants_cli, async_requests_cli, openapi_cli):
+    for command in (tenants_cli, async_requests_cli, openapi_cli, alerts_cli):
         app.cli.add_command(command)

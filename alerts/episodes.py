@@ -28,10 +28,14 @@ from taskrunner.contract import Publisher
 class Episodes:
     """The episodes of one evaluation, at one moment, written through one publisher."""
 
-    def __init__(self, publisher: Publisher, settings: AlertSettings, now: datetime) -> None:
+    def __init__(
+        self, publisher: Publisher, settings: AlertSettings, now: datetime, channels: bool = True
+    ) -> None:
         self.publisher = publisher
         self.settings = settings
         self.now = now
+        # No channel configured: messages are recorded (the Alerts page), none is published.
+        self.channels = channels
         self.event_ids: list[str] = []
 
     def active(self, rule: str, key: str) -> AlertEpisode | None:
@@ -114,6 +118,8 @@ class Episodes:
             AlertMessage(episode_id=episode.id, seq=seq, kind=kind, body=body, created_at=self.now)
         )
         episode.last_sent_at = self.now
+        if not self.channels:
+            return
         self.event_ids.append(
             self.publisher.emit(
                 AlertRaised(

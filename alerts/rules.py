@@ -23,6 +23,7 @@ from typing import Any
 from flask import current_app
 
 from alerts import settings as alert_settings
+from alerts.channels import configured
 from alerts.content import duration_text
 from alerts.episodes import Episodes
 from alerts.settings import AlertSettings
@@ -35,6 +36,7 @@ from taskrunner.contract import (
     metrics,
     operations,
     periodic,
+    plural,
     publishing,
 )
 
@@ -49,9 +51,10 @@ def deliver_job(event_ids: list[str]) -> None:
 
 def _judge(judge: Any, now: datetime | None = None) -> list[str]:
     """Run ``judge(episodes)`` in one transaction with its messages; queue their delivery."""
-    settings = alert_settings.read(current_app.config)
+    config = current_app.config
+    settings = alert_settings.read(config)
     with publishing(deliver=False) as publisher:
-        episodes = Episodes(publisher, settings, now or utcnow())
+        episodes = Episodes(publisher, settings, now or utcnow(), bool(configured(config)))
         judge(episodes)
     if episodes.event_ids:
         deliver_job.enqueue(episodes.event_ids)
@@ -95,7 +98,7 @@ def _stale(episodes: Episodes, by_reason: Mapping[str, int], settings: AlertSett
     window = settings.stale_minutes
     if settings.stale_units > 0 and total >= settings.stale_units:
         summary = {
-            "title": f"{total} stale units",
+            "title": plural(total, "stale unit"),
             "text": f"{total} units have been stale (at least {settings.stale_units} "
             f"for {window:g} min): their worker died, or they run or wait too long.",
             "facts": [[reason.capitalize(), str(n)] for reason, n in sorted(by_reason.items())],
@@ -108,7 +111,7 @@ def _stale(episodes: Episodes, by_reason: Mapping[str, int], settings: AlertSett
 
 def _parked_summary(parked: int) -> dict[str, Any]:
     return {
-        "title": f"{parked} event deliveries parked",
+        "title": f"{plural(parked, 'event delivery', 'event deliveries')} parked",
         "text": "A subscriber kept refusing events; their deliveries wait for an operator.",
         "facts": [["Parked deliveries", str(parked)]],
         "links": [{"label": "Parked events", "path": "/backoffice/parked-events"}],
@@ -134,7 +137,7 @@ def _queue_summary(queue: Any, limit: float) -> dict[str, Any]:
 def _consumers_summary(states: Mapping[str, int]) -> dict[str, Any]:
     lost = states.get("lost", 0)
     return {
-        "title": f"{lost} consumers lost",
+        "title": f"{plural(lost, 'consumer')} lost",
         "text": "A consumer stopped heartbeating: its host or process is gone.",
         "facts": [["Lost", str(lost)], ["Live", str(states.get("live", 0))]],
         "links": [{"label": "Workers", "path": "/backoffice/workers"}],
@@ -182,7 +185,7 @@ def run_summary(payload: Mapping[str, Any]) -> dict[str, Any]:
         facts.append(["Run took", duration_text(seconds)])
     path = f"/backoffice/task-runs/{payload['run_uuid']}"
     return {
-        "title": f"{payload['type']} {status}: {payload['units_failed']} failed units",
+        "title": f"{payload['type']} {status}: {plural(payload['units_failed'], 'failed unit')}",
         "text": f"Run {payload['run_uuid']} of {payload['type']} ended {status}.",
         "run": payload["run_uuid"],
         "facts": facts,

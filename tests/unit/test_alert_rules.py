@@ -199,3 +199,16 @@ def test_a_missed_schedule_alerts_once_per_episode_from_its_outbox_events(
 
     assert receiver.kinds() == ["opened", "resolved"]
     assert receiver.received[0].json["key"] == "payments.nightly"
+
+
+def test_open_episodes_are_counted_per_rule_in_the_metrics(alerting, controlled):
+    app = alerting(METRICS_TOKEN="scrape-token")
+    with app.app_context():
+        run_of(controlled, 2, {"k1"})
+    body = (
+        app.test_client()
+        .get("/metrics", headers={"Authorization": "Bearer scrape-token"})
+        .get_data(as_text=True)
+    )
+    assert 'taskledger_alert_episodes_open{rule="run_failed"} 1.0' in body
+    assert 'taskledger_alert_episodes_open{rule="stale_units"} 0.0' in body

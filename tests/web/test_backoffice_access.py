@@ -32,6 +32,7 @@ READS = [
     "/backoffice/units?key=k2",
     "/backoffice/units?tenant=2",
     "/backoffice/parked-events",
+    "/backoffice/alerts",
     "/backoffice/workers",
     "/backoffice/queues",
     "/backoffice/search?q=acme",
@@ -55,6 +56,7 @@ WRITES = [
     "/backoffice/stale-units/retry",
     "/backoffice/task-types/diagnostics.probe/pause",
     "/backoffice/task-types/diagnostics.probe/resume",
+    "/backoffice/alerts/rules/run_failed/mute",
 ]
 
 
