@@ -6,6 +6,7 @@ fail with vendor errors carrying secrets: no secret in any body received."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -151,3 +152,17 @@ def test_a_refusal_names_no_receiver_url_and_no_secret_of_its_answer(make_app, c
         server.close()
     assert refusal.last_error == "slack answered 502 receiver down"
     assert "XoxbSecretToken123" not in refusal.last_error
+
+
+def test_the_readmes_verification_snippet_accepts_a_real_signed_alert(channels, controlled, hook):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    snippet = readme.split("```python\nimport hashlib, hmac, time\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec("import hashlib, hmac, time\n" + snippet, namespace)  # the README's own code
+    with channels(ALERT_ROUTES="*=webhook").app_context():
+        failed_run(controlled)
+
+    [message] = hook.received
+    header = message.headers["Taskledger-Signature"]
+    assert namespace["verify"](SECRET, header, message.body)
+    assert not namespace["verify"](SECRET, header, message.body + b" ")
