@@ -88,6 +88,14 @@ class Episodes:
         if self._sent(episode):
             self._message(episode, "resolved")
 
+    def remind(self, rules: tuple[str, ...]) -> None:
+        """Remind the open episodes of event rules (nothing re-judges them) that are due."""
+        for episode in db.session.execute(
+            select(AlertEpisode).where(AlertEpisode.rule.in_(rules), AlertEpisode.state == OPEN)
+        ).scalars():
+            if self._reminder_due(episode):
+                self._message(episode, "reminder")
+
     def _reminder_due(self, episode: AlertEpisode) -> bool:
         last = episode.last_sent_at or episode.opened_at
         remind = timedelta(minutes=self.settings.remind_minutes)

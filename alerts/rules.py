@@ -41,6 +41,8 @@ from taskrunner.contract import (
 )
 
 ALERTING_RUN_STATUSES = (RunStatus.FAILED, RunStatus.COMPLETED_WITH_FAILURES)
+# Rules told by events: their episodes end with an event, and are reminded by ``evaluate``.
+EVENT_RULES = ("run_failed", "schedule_missed")
 
 
 @job("alerts.deliver", queue="default", timeout=300, retries=0)
@@ -70,6 +72,7 @@ def evaluate(now: datetime | None = None) -> list[str]:
 def _conditions(episodes: Episodes, scrape: Any) -> None:
     settings: AlertSettings = episodes.settings
     on = settings.enabled
+    episodes.remind(EVENT_RULES)
     if "stale_units" in on:
         _stale(episodes, scrape.stale_units, settings)
     if "deliveries_parked" in on:

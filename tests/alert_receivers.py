@@ -7,15 +7,19 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from email import message_from_bytes, policy
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
 
 from taskrunner import delivery
 from tasks.queues import queues
@@ -87,16 +91,57 @@ class MailHandler:
 
 
 class SmtpReceiver:
-    """A real SMTP server on a free port of the loopback."""
+    """A real SMTP server on a free port of the loopback: plain, or with ``tls`` (an
+    ``ssl.SSLContext``) required through STARTTLS, or TLS from the first byte (``ssl``);
+    with ``login`` (user, password), authentication is required."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        tls: ssl.SSLContext | None = None,
+        mode: str = "starttls",
+        login: tuple[str, str] | None = None,
+    ) -> None:
         self.handler = MailHandler()
         self.port = free_port()
-        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port)
+        self.logins: list[str] = []
+        options: dict[str, Any] = {}
+        if tls is not None and mode == "ssl":
+            # aiosmtpd sees TLS it began itself (STARTTLS) only: this one is TLS throughout.
+            options |= {"ssl_context": tls, "auth_require_tls": False}
+        elif tls is not None:
+            options |= {"tls_context": tls, "require_starttls": True}
+        if login is not None:
+            options |= {"auth_required": True, "authenticator": self._authenticator(login)}
+        self.controller = Controller(self.handler, hostname="127.0.0.1", port=self.port, **options)
         self.controller.start()
+
+    def _authenticator(self, login: tuple[str, str]) -> Any:
+        def check(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> Any:
+            given = (data.login.decode(), data.password.decode())
+            if given == login:
+                self.logins.append(given[0])
+            return AuthResult(success=given == login)
+
+        return check
 
     def close(self) -> None:
         self.controller.stop()
+
+
+def self_signed(folder: Path) -> tuple[ssl.SSLContext, Path]:
+    """A certificate for 127.0.0.1 made with the openssl command: the server's context,
+    and the file a client trusts it by."""
+    cert, key = folder / "smtp.crt", folder / "smtp.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context, cert
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ fail with vendor errors carrying secrets: no secret in any body received."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,13 @@ from sqlalchemy import select
 from extensions import db
 from taskrunner import runner
 from taskrunner.models import EventDelivery
-from tests.alert_receivers import HttpReceiver, SmtpReceiver, drain, verify_signature
+from tests.alert_receivers import (
+    HttpReceiver,
+    SmtpReceiver,
+    drain,
+    self_signed,
+    verify_signature,
+)
 from tests.leaky_types import FOUND, LEAKY, LeakyTask
 
 SECRET = "whsec-channels-0123456789"
@@ -166,3 +173,43 @@ def test_the_readmes_verification_snippet_accepts_a_real_signed_alert(channels, 
     header = message.headers["Taskledger-Signature"]
     assert namespace["verify"](SECRET, header, message.body)
     assert not namespace["verify"](SECRET, header, message.body + b" ")
+
+
+# aiosmtpd cannot tell that a connection TLS from its first byte is TLS.
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+@pytest.mark.parametrize("security", ["starttls", "ssl"])
+def test_email_over_tls_authenticates_with_the_settings(
+    make_app, controlled, tmp_path, monkeypatch, security
+):
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is missing")
+    context, cert = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this server alone
+    server = SmtpReceiver(tls=context, mode=security, login=("alerts", "smtp-pass-0123"))
+    try:
+        app = make_app(
+            ALERT_EMAIL_TO="oncall@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=server.port,
+            SMTP_SECURITY=security,
+            SMTP_USER="alerts",
+            SMTP_PASSWORD="smtp-pass-0123",
+        )
+        with app.app_context():
+            failed_run(controlled)
+        wrong = make_app(
+            ALERT_EMAIL_TO="oncall@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=server.port,
+            SMTP_SECURITY=security,
+            SMTP_USER="alerts",
+            SMTP_PASSWORD="not-the-password",
+        )
+        result = wrong.test_cli_runner().invoke(args=["alerts", "test"])
+    finally:
+        server.close()
+
+    assert server.logins == ["alerts"] and len(server.handler.messages) == 1
+    assert result.exit_code == 1
+    assert result.output.startswith("email: FAILED ")  # the server refused the login
+    assert "not-the-password" not in result.output

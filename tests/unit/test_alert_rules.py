@@ -212,3 +212,18 @@ def test_open_episodes_are_counted_per_rule_in_the_metrics(alerting, controlled)
     )
     assert 'taskledger_alert_episodes_open{rule="run_failed"} 1.0' in body
     assert 'taskledger_alert_episodes_open{rule="stale_units"} 0.0' in body
+
+
+def test_an_open_episode_of_an_event_rule_is_reminded_by_the_evaluation(
+    alerting, controlled, receiver
+):
+    app = alerting(ALERT_RULES="run_failed", ALERT_REMIND_MINUTES=60)
+    with app.app_context():
+        run_of(controlled, 2, {"k1"})
+        now = utcnow()
+        for minutes in (30, 61, 90, 122):
+            rules.evaluate(now + timedelta(minutes=minutes))
+            drain("default")
+
+    assert receiver.kinds() == ["opened", "reminder", "reminder"]
+    assert ["Duration", "2 h 2 min"] in receiver.received[-1].json["facts"]
