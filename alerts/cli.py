@@ -12,7 +12,7 @@ from flask.cli import AppGroup
 
 from alerts import operators
 from alerts.channels import configured
-from alerts.settings import CHANNELS, SettingError
+from alerts.settings import CHANNELS
 
 alerts_cli = AppGroup("alerts", help="The alert rules, their open episodes, a test send.")
 
@@ -47,7 +47,7 @@ def list_command(as_json: bool) -> None:
     """The rules (on, channels, muted) and the open episodes."""
     try:
         listing = operators.listing()
-    except SettingError as exc:
+    except ValueError as exc:  # a malformed ALERT_* setting
         refuse(str(exc))
     if as_json:
         click.echo(json.dumps(listing, indent=2))

@@ -142,6 +142,17 @@ class Episodes:
         )
 
 
+def active_episode(rule: str, key: str) -> bool:
+    """Whether an episode of ``rule`` and ``key`` is pending or open (a read only)."""
+    found = db.session.execute(
+        select(AlertEpisode.id).where(
+            AlertEpisode.rule == rule, AlertEpisode.key == key, AlertEpisode.state != RESOLVED
+        )
+    ).first()
+    db.session.rollback()
+    return found is not None
+
+
 def muted(rule: str, now: datetime) -> bool:
     until = db.session.execute(
         select(AlertMute.until).where(AlertMute.rule == rule)

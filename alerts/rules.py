@@ -25,7 +25,7 @@ from flask import current_app
 from alerts import settings as alert_settings
 from alerts.channels import configured
 from alerts.content import duration_text
-from alerts.episodes import Episodes
+from alerts.episodes import Episodes, active_episode
 from alerts.settings import AlertSettings
 from database import utcnow
 from taskrunner.contract import (
@@ -169,7 +169,10 @@ def on_run_failed(event: Mapping[str, Any]) -> None:
 
 def on_run_completed(event: Mapping[str, Any]) -> None:
     """A clean run of a type resolves its episode."""
-    _judge(lambda episodes: episodes.clear("run_failed", event["payload"]["type"]))
+    type_ = event["payload"]["type"]
+    # Most clean runs have nothing to resolve: a read, not a write transaction, says so.
+    if active_episode("run_failed", type_):
+        _judge(lambda episodes: episodes.clear("run_failed", type_))
 
 
 def run_summary(payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,6 +222,7 @@ def on_schedule_missed(event: Mapping[str, Any]) -> None:
 
 
 def on_schedule_recovered(event: Mapping[str, Any]) -> None:
+    """A schedule that runs again resolves its episode."""
     _judge(lambda episodes: episodes.clear("schedule_missed", event["payload"]["schedule"]))
 
 

@@ -17,9 +17,14 @@ from blueprints.backoffice.pages import MANAGE, VIEW, can_manage
 @permission_required(VIEW)
 def alerts():
     open_episodes, recent = operators.episodes()
+    try:
+        rules, setting_error = operators.rules(), None
+    except ValueError as exc:  # a malformed ALERT_* setting: say which, show the episodes
+        rules, setting_error = [], str(exc)
     return render_template(
         "backoffice/alerts.html",
-        rules=operators.rules(),
+        rules=rules,
+        setting_error=setting_error,
         open_episodes=open_episodes,
         recent=recent,
         can_manage=can_manage(),

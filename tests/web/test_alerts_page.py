@@ -135,3 +135,20 @@ def test_alerts_list_shows_the_rules_and_open_episodes(alerting, controlled):
     assert (open_episode["rule"], open_episode["key"]) == ("run_failed", controlled.type())
     text = alerting.test_cli_runner().invoke(args=["alerts", "list"]).output
     assert "run_failed         on  → webhook" in text
+
+
+def test_a_malformed_alert_setting_is_one_line_in_the_cli_and_named_on_the_page(make_app):
+    app = make_app(ALERT_ROUTES="run_failed=pager", ALERT_SLACK_WEBHOOK_URL="http://127.0.0.1:9/")
+    for args in (["alerts", "list"], ["alerts", "list", "--json"]):
+        result = app.test_cli_runner().invoke(args=args)
+        assert result.exit_code == 1
+        assert result.stderr == "error: ALERT_ROUTES: unknown channel 'pager'\n"
+    page = signed_in(app, VIEW).get("/backoffice/alerts")
+    assert "ALERT_ROUTES: unknown channel" in page.text
+
+
+def test_alerts_test_refuses_an_unknown_smtp_security_in_one_line(make_app):
+    app = make_app(ALERT_EMAIL_TO="a@example.test", SMTP_HOST="127.0.0.1", SMTP_SECURITY="tls")
+    result = app.test_cli_runner().invoke(args=["alerts", "test"])
+    assert result.exit_code == 1
+    assert result.stderr == "error: SMTP_SECURITY: 'tls' is not one of none, starttls, ssl\n"
