@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from flask import Flask
 
-from alerts import models  # noqa: F401 - the alerts' tables
+from alerts import (
+    models,  # noqa: F401 - the alerts' tables
+    rules,  # noqa: F401 - the evaluation's schedule and the delivery job
+)
 from alerts.events import AlertRaised
-from alerts.rules import LISTENERS
+from alerts.listeners import LISTENERS
 from alerts.sending import ChannelSubscriber
 from alerts.settings import CHANNELS
 from taskrunner.contract import known_events, subscribe
