@@ -16,6 +16,7 @@ import smtplib
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ def plain_text(body: Mapping[str, Any], base_url: str) -> str:
 
 
 def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float) -> str:
+    # urllib would also open file: and ftp: URLs; a receiver is http(s), named by no error.
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise ChannelError("its URL is not an http or https URL")
     request = urllib.request.Request(
         url, data=payload, method="POST", headers={"Content-Type": "application/json", **headers}
     )

@@ -152,3 +152,10 @@ def test_alerts_test_refuses_an_unknown_smtp_security_in_one_line(make_app):
     result = app.test_cli_runner().invoke(args=["alerts", "test"])
     assert result.exit_code == 1
     assert result.stderr == "error: SMTP_SECURITY: 'tls' is not one of none, starttls, ssl\n"
+
+
+def test_alerts_test_refuses_a_receiver_url_that_is_not_http(make_app):
+    app = make_app(ALERT_WEBHOOK_URL="file:///etc/passwd")
+    result = app.test_cli_runner().invoke(args=["alerts", "test"])
+    assert result.exit_code == 1
+    assert result.output == "webhook: FAILED its URL is not an http or https URL\n"
