@@ -15,12 +15,13 @@ import uuid as uuid_lib
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from alerts.content import compose
 from alerts.events import AlertRaised
 from alerts.models import OPEN, PENDING, RESOLVED, AlertEpisode, AlertMessage, AlertMute
 from alerts.settings import AlertSettings
+from database import write_transaction
 from extensions import db
 from taskrunner.contract import Publisher
 
@@ -158,3 +159,14 @@ def muted(rule: str, now: datetime) -> bool:
         select(AlertMute.until).where(AlertMute.rule == rule)
     ).scalar_one_or_none()
     return until is not None and until > now
+
+
+def prune_resolved_before(cutoff: datetime) -> int:
+    """Delete the episodes resolved before ``cutoff``; their rows cascade."""
+    with write_transaction(db.session):
+        deleted = db.session.execute(
+            delete(AlertEpisode)
+            .where(AlertEpisode.state == RESOLVED, AlertEpisode.resolved_at < cutoff)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    return deleted

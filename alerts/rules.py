@@ -15,17 +15,26 @@ no worker's unit and no other subscriber of the event that caused the alert.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flask import current_app
 
 from alerts import settings as alert_settings
 from alerts import summaries
 from alerts.channels import configured
-from alerts.episodes import Episodes
+from alerts.episodes import Episodes, prune_resolved_before
 from alerts.settings import AlertSettings
 from database import utcnow
-from taskrunner.contract import Every, deliver_events, job, metrics, periodic, publishing
+from taskrunner.contract import (
+    Cron,
+    Every,
+    crontab,
+    deliver_events,
+    job,
+    metrics,
+    periodic,
+    publishing,
+)
 
 # Rules told by events: their episodes end with an event, and are reminded by ``evaluate``.
 EVENT_RULES = ("run_failed", "schedule_missed")
@@ -92,3 +101,16 @@ def _conditions(episodes: Episodes, scrape: metrics.Scrape) -> None:
 def evaluate_alerts() -> None:
     """Judge the condition rules: stale units, parked deliveries, long waits, lost consumers."""
     evaluate()
+
+
+def prune(now: datetime | None = None) -> int:
+    """Delete episodes resolved longer ago than ``TASK_RUNNER_RETENTION_DAYS`` (their
+    messages and deliveries go with them); return how many."""
+    days = current_app.config["TASK_RUNNER_RETENTION_DAYS"]
+    return prune_resolved_before((now or utcnow()) - timedelta(days=days))
+
+
+@periodic("alerts.prune", Cron(crontab(minute="27", hour="3")), timeout=600)
+def prune_alerts() -> None:
+    """Daily: forget alert episodes resolved before the runs' retention."""
+    prune()

@@ -9,10 +9,10 @@ from datetime import timedelta
 from typing import ClassVar
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from alerts import rules
-from alerts.models import AlertEpisode, AlertMute
+from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from database import utcnow
 from extensions import db
 from taskrunner import events, runner
@@ -227,3 +227,18 @@ def test_an_open_episode_of_an_event_rule_is_reminded_by_the_evaluation(
 
     assert receiver.kinds() == ["opened", "reminder", "reminder"]
     assert ["Duration", "2 h 2 min"] in receiver.received[-1].json["facts"]
+
+
+def test_episodes_resolved_before_the_retention_are_pruned_with_their_messages(
+    alerting, controlled, receiver
+):
+    with alerting(TASK_RUNNER_RETENTION_DAYS=30).app_context():
+        run_of(controlled, 2, {"k1"})
+        run_of(controlled, 2, set())  # resolved now
+        run_of(controlled, 2, {"k1"})  # open
+        assert rules.prune(utcnow() + timedelta(days=29)) == 0
+        assert rules.prune(utcnow() + timedelta(days=31)) == 1
+        left = db.session.execute(select(AlertEpisode.state)).scalars().all()
+        messages = db.session.execute(select(func.count()).select_from(AlertMessage)).scalar()
+        deliveries = db.session.execute(select(func.count()).select_from(AlertDelivery)).scalar()
+    assert (left, messages, deliveries) == (["open"], 1, 1)
