@@ -77,6 +77,7 @@ def register_modules(app: Flask) -> None:
     import taskrunner.jobs  # noqa: F401 - registers the unit wrapper job
     import taskrunner.periodic  # noqa: F401 - declares the runner's periodic tasks
     from accounts import setup as accounts
+    from alerts import setup as alerts
     from coursebuilder import setup as coursebuilder
     from diagnostics import setup as diagnostics
     from dlp import setup as dlp
@@ -89,7 +90,16 @@ def register_modules(app: Flask) -> None:
     appstate.init_app(app)
     streams.init_app(app)
     with app.app_context():
-        for module in (tenancy, dlp, diagnostics, payments, accounts, coursebuilder, documents):
+        for module in (
+            tenancy,
+            dlp,
+            diagnostics,
+            payments,
+            accounts,
+            coursebuilder,
+            documents,
+            alerts,
+        ):
             module.init_app(app)
         for module in extra_modules(app.config.get("TASKLEDGER_EXTRA_MODULES") or ""):
             module.init_app(app)
@@ -142,6 +152,7 @@ def register_errorhandlers(app: Flask) -> None:
 
 def register_commands(app: Flask) -> None:
     from accounts.cli import users_cli
+    from alerts.cli import alerts_cli
     from asyncrequests.cli import async_requests_cli, tenants_cli
     from blueprints.openapi_cli import openapi_cli
     from coursebuilder.cli import builder_cli
@@ -162,5 +173,5 @@ def register_commands(app: Flask) -> None:
         builder_cli,
     ):
         app.cli.add_command(command)
-    for command in (tenants_cli, async_requests_cli, openapi_cli):
+    for command in (tenants_cli, async_requests_cli, openapi_cli, alerts_cli):
         app.cli.add_command(command)

@@ -167,6 +167,42 @@ class Config:
         ] or None
         # The bearer token Prometheus sends to GET /metrics; unset, the endpoint is a 404.
         self.METRICS_TOKEN = env.get("METRICS_TOKEN", "")
+        # Alerts (README "Alerts and metrics"; docs/operations.md "Alerts"). The rules on,
+        # comma-separated; a run alerts when at least MIN_UNITS failed and their share is
+        # at least MIN_SHARE ("type=units:share,..." per type); a stale-units episode opens
+        # when STALE_UNITS are stale for STALE_MINUTES, and every condition rule resolves
+        # once clear for its window (STALE_MINUTES, else CLEAR_MINUTES); an open episode
+        # is reminded every REMIND_MINUTES; "queue=minutes,*=minutes", 0 = off.
+        self.ALERT_RULES = env.get(
+            "ALERT_RULES",
+            "run_failed,stale_units,schedule_missed,deliveries_parked,queue_long_wait,"
+            "consumer_lost",
+        )
+        self.ALERT_RUN_FAILED_MIN_UNITS = _int("ALERT_RUN_FAILED_MIN_UNITS", 1)
+        self.ALERT_RUN_FAILED_MIN_SHARE = _float("ALERT_RUN_FAILED_MIN_SHARE", 0.0)
+        self.ALERT_RUN_FAILED_TYPES = env.get("ALERT_RUN_FAILED_TYPES", "")
+        self.ALERT_STALE_UNITS = _int("ALERT_STALE_UNITS", 1)
+        self.ALERT_STALE_MINUTES = _float("ALERT_STALE_MINUTES", 10)
+        self.ALERT_CLEAR_MINUTES = _float("ALERT_CLEAR_MINUTES", 5)
+        self.ALERT_REMIND_MINUTES = _float("ALERT_REMIND_MINUTES", 240)
+        self.ALERT_QUEUE_WAIT_MINUTES = env.get("ALERT_QUEUE_WAIT_MINUTES", "*=30,long-job=0")
+        self.ALERT_PARKED_DELIVERIES = _int("ALERT_PARKED_DELIVERIES", 1)
+        self.ALERT_EVALUATE_SECONDS = _int("ALERT_EVALUATE_SECONDS", 60)
+        # Which channels each rule goes to ("rule=slack+email,*=webhook"); unset: all.
+        self.ALERT_ROUTES = env.get("ALERT_ROUTES", "")
+        self.ALERT_TIMEOUT_SECONDS = _float("ALERT_TIMEOUT_SECONDS", 5)
+        self.ALERT_SLACK_WEBHOOK_URL = env.get("ALERT_SLACK_WEBHOOK_URL", "")
+        self.ALERT_WEBHOOK_URL = env.get("ALERT_WEBHOOK_URL", "")
+        self.ALERT_WEBHOOK_SECRET = env.get("ALERT_WEBHOOK_SECRET", "")
+        self.ALERT_EMAIL_TO = env.get("ALERT_EMAIL_TO", "")
+        self.SMTP_HOST = env.get("SMTP_HOST", "")
+        self.SMTP_PORT = _int("SMTP_PORT", 587)
+        self.SMTP_USER = env.get("SMTP_USER", "")
+        self.SMTP_PASSWORD = env.get("SMTP_PASSWORD", "")
+        self.SMTP_FROM = env.get("SMTP_FROM", "")
+        self.SMTP_SECURITY = env.get("SMTP_SECURITY", "starttls")
+        # Absolute links in alerts ("https://backoffice.example.com"); unset: paths only.
+        self.BACKOFFICE_URL = env.get("BACKOFFICE_URL", "")
         self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60)
         self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
         self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)

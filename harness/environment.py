@@ -10,8 +10,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 # Config keys passed on by their own name, and those whose environment name differs.
-SHARED_PREFIXES = ("TASK_RUNNER_", "NETWORK_", "LLM_", "DOCUMENTS_PROVIDER_")
-SHARED_KEYS = ("QUEUE_DRIVER", "QUEUE_SQLITE_PATH", "REDIS_URL", "SECRET_KEY")
+SHARED_PREFIXES = ("TASK_RUNNER_", "NETWORK_", "LLM_", "DOCUMENTS_PROVIDER_", "ALERT_", "SMTP_")
+SHARED_KEYS = ("QUEUE_DRIVER", "QUEUE_SQLITE_PATH", "REDIS_URL", "SECRET_KEY", "BACKOFFICE_URL")
 ENV_NAME = {"SQLALCHEMY_DATABASE_URI": "DATABASE_URL"}
 
 

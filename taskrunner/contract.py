@@ -7,7 +7,9 @@ functions returned by ``make_job``; the runner wraps them in its tracking
 wrapper. Jobs of a module's own (``job``, ``tracked_job``) are declared here too,
 and return a handle to enqueue them by. The operator surfaces (the backoffice
 pages, the JSON API, the demo seed) read and act through ``operations``, the
-runner's read and operations service; ``GET /metrics`` reads through ``metrics``.
+runner's read and operations service; ``GET /metrics`` reads through ``metrics``. A package
+publishes events of its own (``declare``, ``publishing``, ``deliver_events``) through the
+runner's outbox.
 Everything else in ``taskrunner`` (and the Huey wiring in ``tasks``) is internal.
 
 A package that keeps its own work rows (the course builder's steps) builds on the
@@ -21,11 +23,12 @@ the stale rule (``Tracked``, ``stale_filter``, ``lost_before``) for its recovery
 from __future__ import annotations
 
 from taskrunner import metrics, operations
-from taskrunner.events import subscribe
+from taskrunner.events import Event, declare, known_events, subscribe
 from taskrunner.jobs import contained, gate
 from taskrunner.ledger import ledger
 from taskrunner.ledger.stale_rules import Tracked, lost_before, stale_filter
 from taskrunner.ledger.writes import run_lock
+from taskrunner.outbox import Publisher, deliver_events, publishing
 from taskrunner.redaction import (
     bind_scrubber,
     bounded,
@@ -63,10 +66,12 @@ __all__ = [
     "ACTIVE_UNIT",
     "TERMINAL_RUN",
     "ContextError",
+    "Event",
     "Cron",
     "Every",
     "JobHandle",
     "PermanentError",
+    "Publisher",
     "Refused",
     "RunHandle",
     "RunStatus",
@@ -83,14 +88,18 @@ __all__ = [
     "bounded",
     "check_context",
     "contained",
+    "declare",
+    "deliver_events",
     "crontab",
     "gate",
     "job",
+    "known_events",
     "lost_before",
     "metrics",
     "operations",
     "periodic",
     "plural",
+    "publishing",
     "raise_if_stopping",
     "redact",
     "register",

@@ -122,6 +122,28 @@ CATALOG: tuple[type[Event], ...] = (
     ScheduleMissed,
     ScheduleRecovered,
 )
+# Events another package declares for itself (``declare``, at import): published through
+# the same outbox and delivered the same way, named after that package, never ``tasks.``.
+_DECLARED: list[type[Event]] = []
+
+
+def declare(cls: type[Event]) -> type[Event]:
+    """Add a package's own event class to the catalog (a class decorator, used at import)."""
+    if cls.name in {e.name for e in catalog()}:
+        raise ValueError(f"event {cls.name!r} is declared twice")
+    _DECLARED.append(cls)
+    return cls
+
+
+def catalog() -> tuple[type[Event], ...]:
+    """The runner's events, then those other packages declared."""
+    return CATALOG + tuple(_DECLARED)
+
+
+def known_events() -> frozenset[str]:
+    """The names of every event one may subscribe to."""
+    return frozenset(e.name for e in catalog())
+
 
 Handler = Callable[[Mapping[str, Any]], None]
 # Each app's subscribers: event name -> subscriber name -> handler. A subscriber's name
@@ -146,7 +168,7 @@ def subscriber_name(handler: Handler) -> str:
 
 def subscribe(name: str, handler: Handler) -> None:
     """Deliver the app's events of one name to ``handler`` (at least once; dedupe on ``id``)."""
-    if name not in {e.name for e in CATALOG}:
+    if name not in known_events():
         raise ValueError(f"unknown event {name!r}")
     handlers = _subscribers().setdefault(name, {})
     if handler in handlers.values():
@@ -192,7 +214,7 @@ def catalog_markdown() -> str:
         "below. Delivery is at least once, from a transactional outbox.",
         "",
     ]
-    for cls in CATALOG:
+    for cls in catalog():
         lines += [f"## `{cls.name}`", "", (cls.__doc__ or "").strip(), "", "| field | type |"]
         lines.append("|---|---|")
         for field in dataclasses.fields(cls):

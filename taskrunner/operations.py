@@ -24,7 +24,7 @@ from flask import current_app
 from taskrunner import console, delivery, reports, runner
 from taskrunner import schedules as schedule_service
 from taskrunner.delivery import ParkedDelivery
-from taskrunner.events import CATALOG
+from taskrunner.events import catalog
 from taskrunner.ledger import (
     RUN_STATUSES,
     UNIT_STATUSES,
@@ -240,7 +240,7 @@ def parked_events(limit: int = 100) -> tuple[list[ParkedDelivery], int, int]:
 
 
 def event_names() -> list[str]:
-    return [event.name for event in CATALOG]
+    return [event.name for event in catalog()]
 
 
 # -- live pages --------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from blueprints.backoffice import (  # noqa: F401 - routes
     actions,
+    alerts,
     attention,
     console,
     live,

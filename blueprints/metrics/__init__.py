@@ -13,6 +13,7 @@ import hmac
 
 from flask import Blueprint, Response, abort, current_app, request
 
+from alerts import operators
 from blueprints.metrics import exposition
 from taskrunner.contract import metrics
 
@@ -54,5 +55,7 @@ def scrape() -> Response:
             {"WWW-Authenticate": CHALLENGE, "Cache-Control": "no-store"},
             mimetype="text/plain",
         )
-    body, content_type = exposition.render(metrics.read(), request.headers.get("Accept", ""))
+    body, content_type = exposition.render(
+        metrics.read(), request.headers.get("Accept", ""), operators.open_by_rule()
+    )
     return Response(body, 200, {"Cache-Control": "no-store"}, content_type=content_type)

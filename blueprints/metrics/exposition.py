@@ -6,8 +6,8 @@ counts of the ledger's rows may fall, and a family that falls is not a Prometheu
 counter. The run-duration histogram is a window (the runs closed in the last 24 h):
 read it with ``histogram_quantile`` as it is, not through ``rate()``.
 
-Alert episodes open per rule (``taskledger_alert_episodes_open{rule}``) join these
-families when the ledger keeps alert episodes; until then nothing is exported for them.
+Alert episodes open per rule (``taskledger_alert_episodes_open{rule}``) come from the
+alerts' own tables (``alerts.operators.open_by_rule``), every rule with its count.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ FAMILIES = (
     "taskledger_paused_types",
     "taskledger_schedule_last_success_timestamp_seconds",
     "taskledger_schedule_next_due_timestamp_seconds",
+    "taskledger_alert_episodes_open",
 )
 
 
@@ -194,17 +195,32 @@ def _schedule_families(scrape: metrics.Scrape) -> Iterator[Metric]:
     yield due
 
 
+def alert_family(open_by_rule: dict[str, int]) -> Metric:
+    family = GaugeMetricFamily(
+        "taskledger_alert_episodes_open",
+        "Alert episodes open now (alerted, not yet resolved), by rule.",
+        labels=["rule"],
+    )
+    for rule, n in sorted(open_by_rule.items()):
+        family.add_metric([rule], n)
+    return family
+
+
 class _Scraped(Collector):
-    def __init__(self, scrape: metrics.Scrape) -> None:
+    def __init__(self, scrape: metrics.Scrape, open_by_rule: dict[str, int]) -> None:
         self.scrape = scrape
+        self.open_by_rule = open_by_rule
 
     def collect(self) -> Iterator[Metric]:
-        return families(self.scrape)
+        yield from families(self.scrape)
+        yield alert_family(self.open_by_rule)
 
 
-def render(scrape: metrics.Scrape, accept: str) -> tuple[bytes, str]:
+def render(
+    scrape: metrics.Scrape, accept: str, open_by_rule: dict[str, int] | None = None
+) -> tuple[bytes, str]:
     """The scrape in the format the client asked for (OpenMetrics or text 0.0.4)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Scraped(scrape))
+    registry.register(_Scraped(scrape, open_by_rule or {}))
     encoder, content_type = choose_encoder(accept)
     return encoder(registry), content_type

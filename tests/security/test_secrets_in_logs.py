@@ -11,7 +11,8 @@ domain error whose message carries an API key, a bearer token, a password in a U
 the tenant's pending request with the same error, on the same consumers. Then every
 log file, database file and queue file is searched for the secrets, the card number in
 any spacing; on PostgreSQL every table's rows and on Redis every key of the test's
-database stand for the database and queue files.
+database stand for the database and queue files. Each failed run's alert, as a real
+webhook receiver got it, is searched too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from taskrunner import runner
 from taskrunner.contract import RunStatus, register
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
+from tests.alert_receivers import HttpReceiver
 from tests.leaky_types import EXTRA_MODULES, LEAKY, REQUEST_KIND, LeakyTask
 from tests.leaky_types import FOUND as LEAKED
 from tests.security.server_hooks import FAILING_PATHS, VendorDown
@@ -84,6 +86,15 @@ def queue_contents(url: str) -> bytes:
 
 
 @pytest.fixture
+def alert_hook(app):
+    """A real receiver of the alerts, for the consumers started after it (their settings)."""
+    server = HttpReceiver()
+    app.config["ALERT_WEBHOOK_URL"] = server.url
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def lean_workers(app, tmp_path):
     log = open(tmp_path / "workers.log", "wb")
     process = subprocess.Popen(
@@ -105,7 +116,7 @@ def lean_workers(app, tmp_path):
 
 
 def test_failing_runs_leave_no_secret_anywhere_and_refs_find_the_log_line(
-    app, lean_workers, tmp_path, capsys
+    app, alert_hook, lean_workers, tmp_path, capsys
 ):
     context = {"units": UNITS, "vendor_fail_every": VENDOR_EVERY, "fail_every": 10}
     started = subprocess.run(
@@ -136,6 +147,9 @@ def test_failing_runs_leave_no_secret_anywhere_and_refs_find_the_log_line(
         found["postgresql tables"] = count_secrets(rows)
     if app.config["QUEUE_DRIVER"] == "redis":
         found["redis queue"] = count_secrets(queue_contents(app.config["REDIS_URL"]))
+    # Each failed run's alert, as its receiver got it (the probe's type and the leaky one).
+    wait_for(lambda: len(alert_hook.received) == 2, timeout=60, message="the two alerts")
+    found["alert bodies received"] = count_secrets(b"\n".join(r.body for r in alert_hook.received))
     hits = {where: n for where, n in found.items() if n}
     with capsys.disabled():
         print(f"\nsecret grep: {sum(hits.values())} hits in {len(found)} files and stores")

@@ -238,3 +238,23 @@ def test_the_runner_itself_never_goes_through_its_own_door():
         and "taskrunner.contract" in targets
     ]
     assert inward == []
+
+
+def test_alerts_are_a_consumer_of_the_runner_that_the_runner_never_imports():
+    """The alerts read the ledger and publish through the runner's contract (the outbox
+    included); neither the runner nor its wiring names them."""
+    assert "alerts" in consumers()
+    runner_side = [
+        str(path.relative_to(ROOT))
+        for package in RUNNER
+        for path in (ROOT / package).rglob("*.py")
+        if "alerts" in imported_packages(path)
+    ]
+    assert runner_side == []
+    reached = {
+        node.module
+        for path in (ROOT / "alerts").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("taskrunner")
+    }
+    assert reached == {"taskrunner.contract"}

@@ -32,6 +32,7 @@ READS = [
     "/backoffice/units?key=k2",
     "/backoffice/units?tenant=2",
     "/backoffice/parked-events",
+    "/backoffice/alerts",
     "/backoffice/workers",
     "/backoffice/queues",
     "/backoffice/search?q=acme",
@@ -62,6 +63,7 @@ WRITES = [
     "/backoffice/schedules/taskrunner.prune/run-now",
     "/backoffice/schedules/taskrunner.prune/pause",
     "/backoffice/schedules/taskrunner.prune/resume",
+    "/backoffice/alerts/rules/run_failed/mute",
 ]
 
 

@@ -22,8 +22,9 @@ REQUIRED = {
     "taskledger_consumers": {"state"},
     "taskledger_parked_deliveries": set(),
     "taskledger_schedule_last_success_timestamp_seconds": {"schedule"},
+    "taskledger_alert_episodes_open": {"rule"},
 }
-BOUNDED_LABELS = {"type", "status", "queue", "reason", "schedule", "state", "le"}
+BOUNDED_LABELS = {"type", "status", "queue", "reason", "schedule", "state", "rule", "le"}
 
 
 @pytest.fixture

@@ -1,0 +1,225 @@
+"""Where alerts go: a Slack-compatible webhook, a signed generic webhook, email over SMTP.
+
+Each channel turns a message body (``content.compose``) into its receiver's format and
+sends it within ``ALERT_TIMEOUT_SECONDS``; it returns the receiver's answer, or raises
+``ChannelError`` with a reason an operator may read: a status and the start of the
+answer, never the receiver's URL (a Slack webhook's URL is its credential) nor a
+password. HTTP goes through ``security.outbound`` (no redirect is followed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import smtplib
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any, Protocol
+
+from alerts.content import absolute
+from security.outbound import open_without_redirects
+from taskrunner.contract import TaskReportableError
+
+ANSWER_CHARS = 200
+SIGNATURE_HEADER = "Taskledger-Signature"
+SECURITIES = ("none", "starttls", "ssl")
+
+
+class ChannelError(TaskReportableError):
+    """A receiver refused, failed or did not answer in time."""
+
+
+class Channel(Protocol):
+    name: str
+
+    def send(self, body: Mapping[str, Any]) -> str: ...
+
+
+def signature(secret: str, timestamp: int, payload: bytes) -> str:
+    """The ``Taskledger-Signature`` value: HMAC-SHA256 of ``"<t>.<body>"`` with the secret."""
+    digest = hmac.new(
+        secret.encode(), f"{timestamp}.".encode() + payload, hashlib.sha256
+    ).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def _links(body: Mapping[str, Any], base_url: str) -> list[tuple[str, str]]:
+    return [(link["label"], absolute(link["path"], base_url)) for link in body.get("links", [])]
+
+
+def plain_text(body: Mapping[str, Any], base_url: str) -> str:
+    """The message as lines of text (the email, Slack's fallback ``text``)."""
+    lines = [body["title"]]
+    if body.get("text"):
+        lines.append(body["text"])
+    lines += [f"{label}: {value}" for label, value in body.get("facts", [])]
+    groups = body.get("error_groups") or []
+    if groups:
+        lines.append("Top error groups:")
+        lines += [f"  {g['count']} × [{g['kind']}] {g['reason']}" for g in groups]
+    if body.get("tenants") is not None:
+        lines.append(f"Tenants affected: {body['tenants']}")
+    lines += [f"{label}: {url}" for label, url in _links(body, base_url)]
+    return "\n".join(lines)
+
+
+def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float) -> str:
+    # urllib would also open file: and ftp: URLs; a receiver is http(s), named by no error.
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise ChannelError("its URL is not an http or https URL")
+    request = urllib.request.Request(
+        url, data=payload, method="POST", headers={"Content-Type": "application/json", **headers}
+    )
+    try:
+        with open_without_redirects(request, timeout=timeout) as response:
+            return f"{response.status} {response.read(ANSWER_CHARS).decode(errors='replace')}"
+    except urllib.error.HTTPError as exc:
+        answer = exc.read(ANSWER_CHARS).decode(errors="replace") if exc.fp else ""
+        raise ChannelError(f"answered {exc.code} {answer}".strip()) from None
+    except urllib.error.URLError as exc:
+        raise ChannelError(f"unreachable ({type(exc.reason).__name__})") from None
+    except TimeoutError:
+        raise ChannelError(f"no answer within {timeout:g} s") from None
+    except OSError as exc:
+        raise ChannelError(f"connection failed ({type(exc).__name__})") from None
+
+
+@dataclass(frozen=True)
+class SlackChannel:
+    url: str
+    base_url: str
+    timeout: float
+    name: str = "slack"
+
+    def payload(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        fields = [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in body.get("facts", [])]
+        if body.get("tenants") is not None:
+            fields.append({"type": "mrkdwn", "text": f"*Tenants*\n{body['tenants']}"})
+        blocks: list[dict[str, Any]] = [
+            {"type": "header", "text": {"type": "plain_text", "text": body["title"][:150]}},
+        ]
+        if body.get("text"):
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": body["text"]}})
+        if fields:
+            blocks.append({"type": "section", "fields": fields[:10]})
+        groups = body.get("error_groups") or []
+        if groups:
+            listed = "\n".join(f"• {g['count']} × `{g['kind']}` {g['reason']}" for g in groups)
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": listed}})
+        links = " · ".join(f"<{url}|{label}>" for label, url in _links(body, self.base_url))
+        if links:
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": links}]})
+        return {"text": plain_text(body, self.base_url), "blocks": blocks}
+
+    def send(self, body: Mapping[str, Any]) -> str:
+        payload = json.dumps(self.payload(body)).encode()
+        return _post_json(self.url, payload, {}, self.timeout)
+
+
+@dataclass(frozen=True)
+class WebhookChannel:
+    url: str
+    secret: str
+    base_url: str
+    timeout: float
+    name: str = "webhook"
+
+    def send(self, body: Mapping[str, Any]) -> str:
+        document = {
+            **body,
+            "links": [{"label": k, "url": v} for k, v in _links(body, self.base_url)],
+        }
+        payload = json.dumps(document, sort_keys=True).encode()
+        headers = {"Idempotency-Key": f"{body['episode']}:{body['seq']}"}
+        if self.secret:
+            headers[SIGNATURE_HEADER] = signature(self.secret, int(time.time()), payload)
+        return _post_json(self.url, payload, headers, self.timeout)
+
+
+@dataclass(frozen=True)
+class EmailChannel:
+    host: str
+    port: int
+    security: str
+    user: str
+    password: str
+    sender: str
+    to: tuple[str, ...]
+    base_url: str
+    timeout: float
+    name: str = "email"
+
+    def message(self, body: Mapping[str, Any]) -> EmailMessage:
+        message = EmailMessage()
+        message["Subject"] = f"[Taskledger] {body['title']}"
+        message["From"] = self.sender
+        message["To"] = ", ".join(self.to)
+        message["Message-ID"] = f"<{body['episode']}.{body['seq']}@taskledger>"
+        message.set_content(plain_text(body, self.base_url))
+        return message
+
+    def send(self, body: Mapping[str, Any]) -> str:
+        try:
+            return self._send(self.message(body))
+        except smtplib.SMTPResponseException as exc:
+            raise ChannelError(f"answered {exc.smtp_code}") from None
+        except smtplib.SMTPException as exc:
+            raise ChannelError(f"refused ({type(exc).__name__})") from None
+        except TimeoutError:
+            raise ChannelError(f"no answer within {self.timeout:g} s") from None
+        except OSError as exc:
+            raise ChannelError(f"connection failed ({type(exc).__name__})") from None
+
+    def _send(self, message: EmailMessage) -> str:
+        context = ssl.create_default_context()
+        if self.security == "ssl":
+            smtp: smtplib.SMTP = smtplib.SMTP_SSL(
+                self.host, self.port, timeout=self.timeout, context=context
+            )
+        else:
+            smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+        with smtp:
+            if self.security == "starttls":
+                smtp.starttls(context=context)
+            if self.user:
+                smtp.login(self.user, self.password)
+            refused = smtp.send_message(message)
+            code, answer = smtp.noop()
+        if refused:
+            raise ChannelError(f"refused {len(refused)} of {len(self.to)} recipients")
+        return f"{code} accepted for {len(self.to)} recipients"
+
+
+def configured(config: Mapping[str, Any]) -> dict[str, Channel]:
+    """The channels the settings configure, by name."""
+    base, timeout = config["BACKOFFICE_URL"], float(config["ALERT_TIMEOUT_SECONDS"])
+    found: dict[str, Channel] = {}
+    if config["ALERT_SLACK_WEBHOOK_URL"]:
+        found["slack"] = SlackChannel(config["ALERT_SLACK_WEBHOOK_URL"], base, timeout)
+    if config["ALERT_WEBHOOK_URL"]:
+        found["webhook"] = WebhookChannel(
+            config["ALERT_WEBHOOK_URL"], config["ALERT_WEBHOOK_SECRET"], base, timeout
+        )
+    if config["ALERT_EMAIL_TO"] and config["SMTP_HOST"]:
+        security = config["SMTP_SECURITY"]
+        if security not in SECURITIES:
+            raise ValueError(f"SMTP_SECURITY: {security!r} is not one of {', '.join(SECURITIES)}")
+        found["email"] = EmailChannel(
+            host=config["SMTP_HOST"],
+            port=int(config["SMTP_PORT"]),
+            security=security,
+            user=config["SMTP_USER"],
+            password=config["SMTP_PASSWORD"],
+            sender=config["SMTP_FROM"] or "taskledger@localhost",
+            to=tuple(a.strip() for a in config["ALERT_EMAIL_TO"].split(",") if a.strip()),
+            base_url=base,
+            timeout=timeout,
+        )
+    return found

@@ -1,0 +1,71 @@
+"""The rules the outbox tells: a run's close, a schedule's missed slot and its recovery.
+
+Each listener is a subscriber of the runner's event: it judges in one transaction with
+the messages it writes (``rules.judge_now``) and never sends from the process that made
+the transition. The schedules' events are subscribed to once their module declares them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import current_app
+
+from alerts import settings as alert_settings
+from alerts import summaries
+from alerts.episodes import Episodes, active_episode
+from alerts.rules import judge_now
+from taskrunner.contract import RunStatus
+
+ALERTING_RUN_STATUSES = (RunStatus.FAILED, RunStatus.COMPLETED_WITH_FAILURES)
+
+
+def on_run_failed(event: Mapping[str, Any]) -> None:
+    """A run closed with failures: its type's episode opens, or is reminded."""
+    payload = event["payload"]
+    settings = alert_settings.read(current_app.config)
+    if "run_failed" not in settings.enabled or payload["status"] not in ALERTING_RUN_STATUSES:
+        return
+    threshold = settings.threshold_of(payload["type"])
+    if not threshold.exceeded(payload["units_failed"], payload["units_total"]):
+        return
+    summary = summaries.run_failed(payload)
+
+    def judge(episodes: Episodes) -> None:
+        episode = episodes.active("run_failed", payload["type"])
+        if episode is not None and (episode.summary or {}).get("run") == payload["run_uuid"]:
+            return  # the same event handed over again
+        episodes.raise_("run_failed", payload["type"], summary)
+
+    judge_now(judge)
+
+
+def on_run_completed(event: Mapping[str, Any]) -> None:
+    """A clean run of a type resolves its episode."""
+    type_ = event["payload"]["type"]
+    # Most clean runs have nothing to resolve: a read, not a write transaction, says so.
+    if active_episode("run_failed", type_):
+        judge_now(lambda episodes: episodes.clear("run_failed", type_))
+
+
+def on_schedule_missed(event: Mapping[str, Any]) -> None:
+    """A schedule missed its slot: one episode per schedule until it recovers."""
+    payload = event["payload"]
+    if "schedule_missed" not in alert_settings.read(current_app.config).enabled:
+        return
+    summary = summaries.schedule_missed(payload)
+    judge_now(lambda episodes: episodes.raise_("schedule_missed", payload["schedule"], summary))
+
+
+def on_schedule_recovered(event: Mapping[str, Any]) -> None:
+    """A schedule that runs again resolves its episode."""
+    judge_now(lambda episodes: episodes.clear("schedule_missed", event["payload"]["schedule"]))
+
+
+LISTENERS = {
+    "tasks.run.failed": on_run_failed,
+    "tasks.run.completed": on_run_completed,
+    "tasks.schedule.missed": on_schedule_missed,
+    "tasks.schedule.recovered": on_schedule_recovered,
+}

@@ -1,0 +1,218 @@
+"""The channels against real receivers: a Slack-compatible and a generic webhook served by
+an HTTP server in the test process (the signature checked by the test's own HMAC code),
+email through a real SMTP server (aiosmtpd). Routing from the settings; a run whose units
+fail with vendor errors carrying secrets: no secret in any body received."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from extensions import db
+from taskrunner import runner
+from taskrunner.models import EventDelivery
+from tests.alert_receivers import (
+    HttpReceiver,
+    SmtpReceiver,
+    drain,
+    self_signed,
+    verify_signature,
+)
+from tests.conftest import IN_CI
+from tests.leaky_types import FOUND, LEAKY, LeakyTask
+
+SECRET = "whsec-channels-0123456789"
+BASE = "https://backoffice.example.test"
+
+
+@pytest.fixture
+def slack():
+    server = HttpReceiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def hook():
+    server = HttpReceiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def smtp():
+    server = SmtpReceiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def channels(make_app, slack, hook, smtp):
+    def build(**settings):
+        return make_app(
+            ALERT_SLACK_WEBHOOK_URL=slack.url,
+            ALERT_WEBHOOK_URL=hook.url,
+            ALERT_WEBHOOK_SECRET=SECRET,
+            ALERT_EMAIL_TO="oncall@example.test, lead@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=smtp.port,
+            SMTP_SECURITY="none",
+            SMTP_FROM="alerts@example.test",
+            BACKOFFICE_URL=BASE,
+            **settings,
+        )
+
+    return build
+
+
+def failed_run(controlled, units: int = 3) -> str:
+    controlled.failing = {f"k{i}" for i in range(1, units)}
+    handle = runner.start("tests.controlled", {"units": units}, "test")
+    drain("tasks", "default")
+    return handle.uuid
+
+
+def test_slack_gets_text_and_blocks_with_links_into_the_backoffice(channels, controlled, slack):
+    with channels(ALERT_ROUTES="*=slack").app_context():
+        run_uuid = failed_run(controlled)
+
+    [message] = slack.received
+    body = message.json
+    assert body["text"].startswith("Alert: tests.controlled completed with failures")
+    assert body["blocks"][0]["type"] == "header"
+    links = body["blocks"][-1]["elements"][0]["text"]
+    assert f"<{BASE}/backoffice/task-runs/{run_uuid}|Run>" in links
+    assert f"<{BASE}/backoffice/task-runs/{run_uuid}/errors|Error groups>" in links
+    assert "2 × `domain` unit k# broke" in json.dumps(body["blocks"], ensure_ascii=False)
+
+
+def test_the_generic_webhook_is_signed_and_carries_an_idempotency_key(channels, controlled, hook):
+    with channels(ALERT_ROUTES="*=webhook").app_context():
+        failed_run(controlled)
+
+    [message] = hook.received
+    assert verify_signature(SECRET, message.headers["Taskledger-Signature"], message.body)
+    assert not verify_signature(
+        "another secret", message.headers["Taskledger-Signature"], message.body
+    )
+    assert not verify_signature(
+        SECRET, message.headers["Taskledger-Signature"], message.body.replace(b"2", b"3")
+    )
+    body = message.json
+    assert message.headers["Idempotency-Key"] == f"{body['episode']}:1"
+    assert body["kind"] == "opened" and body["rule"] == "run_failed"
+    assert ["Failed units", "2 of 3"] in body["facts"]
+    assert body["error_groups"] == [{"reason": "unit k# broke", "kind": "domain", "count": 2}]
+    assert body["tenants"] == 0
+
+
+def test_email_goes_through_a_real_smtp_server(channels, controlled, smtp):
+    with channels(ALERT_ROUTES="*=email").app_context():
+        run_uuid = failed_run(controlled)
+
+    [message] = smtp.handler.messages
+    assert message["Subject"].strip().startswith("[Taskledger] Alert: tests.controlled")
+    assert message["To"] == "oncall@example.test, lead@example.test"
+    text = message.get_payload(decode=True).decode()
+    assert f"Run: {BASE}/backoffice/task-runs/{run_uuid}" in text
+    assert "2 × [domain] unit k# broke" in text
+
+
+def test_rules_are_routed_to_the_channels_the_settings_name(
+    channels, controlled, slack, hook, smtp
+):
+    with channels(ALERT_ROUTES="run_failed=email+webhook,*=slack").app_context():
+        failed_run(controlled)
+
+    assert (len(slack.received), len(hook.received), len(smtp.handler.messages)) == (0, 1, 1)
+
+
+def test_no_secret_of_a_vendor_failure_reaches_any_alert_body(
+    channels, make_app, slack, hook, smtp
+):
+    make_app.register(LeakyTask())
+    with channels().app_context():
+        runner.start(LEAKY, {"units": 3}, "test")
+        drain("tasks", "default")
+
+    texts = [r.body.decode() for r in slack.received + hook.received] + [
+        f"{m['Subject']}\n{m.get_content()}" for m in smtp.handler.messages
+    ]
+    assert len(texts) == 3
+    for text in texts:
+        assert "vendor refused the export" in text  # the reason is there, its secrets not
+        assert not FOUND.search(text), text
+
+
+def test_a_refusal_names_no_receiver_url_and_no_secret_of_its_answer(make_app, controlled):
+    server = HttpReceiver()
+    server.status = 502
+    token_url = server.url.replace("/hook", "/services/T0001/B0001/XoxbSecretToken123")
+    try:
+        with make_app(ALERT_SLACK_WEBHOOK_URL=token_url).app_context():
+            failed_run(controlled)
+            [refusal] = db.session.execute(select(EventDelivery)).scalars()
+    finally:
+        server.close()
+    assert refusal.last_error == "slack answered 502 receiver down"
+    assert "XoxbSecretToken123" not in refusal.last_error
+
+
+def test_the_readmes_verification_snippet_accepts_a_real_signed_alert(channels, controlled, hook):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    snippet = readme.split("```python\nimport hashlib, hmac, time\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec("import hashlib, hmac, time\n" + snippet, namespace)  # the README's own code
+    with channels(ALERT_ROUTES="*=webhook").app_context():
+        failed_run(controlled)
+
+    [message] = hook.received
+    header = message.headers["Taskledger-Signature"]
+    assert namespace["verify"](SECRET, header, message.body)
+    assert not namespace["verify"](SECRET, header, message.body + b" ")
+
+
+# aiosmtpd cannot tell that a connection TLS from its first byte is TLS.
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+@pytest.mark.parametrize("security", ["starttls", "ssl"])
+def test_email_over_tls_authenticates_with_the_settings(
+    make_app, controlled, tmp_path, monkeypatch, security
+):
+    if shutil.which("openssl") is None:
+        (pytest.fail if IN_CI else pytest.skip)(
+            "the openssl command is missing (.ci/run installs it)"
+        )
+    context, cert = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this server alone
+    server = SmtpReceiver(tls=context, mode=security, login=("alerts", "smtp-pass-0123"))
+    try:
+        app = make_app(
+            ALERT_EMAIL_TO="oncall@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=server.port,
+            SMTP_SECURITY=security,
+            SMTP_USER="alerts",
+            SMTP_PASSWORD="smtp-pass-0123",
+        )
+        with app.app_context():
+            failed_run(controlled)
+        wrong = make_app(
+            ALERT_EMAIL_TO="oncall@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=server.port,
+            SMTP_SECURITY=security,
+            SMTP_USER="alerts",
+            SMTP_PASSWORD="not-the-password",
+        )
+        result = wrong.test_cli_runner().invoke(args=["alerts", "test"])
+    finally:
+        server.close()
+
+    assert server.logins == ["alerts"] and len(server.handler.messages) == 1
+    assert result.exit_code == 1
+    assert result.output.startswith("email: FAILED ")  # the server refused the login
+    assert "not-the-password" not in result.output

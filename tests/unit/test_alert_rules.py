@@ -1,0 +1,244 @@
+"""The alert rules and their episodes: sent once, reminded after the interval, resolved once,
+and a condition that flaps inside its window is one episode. Judged on the clock seam
+(``evaluate(now)``); the alerts reach a real HTTP receiver through the outbox."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import ClassVar
+
+import pytest
+from sqlalchemy import func, select
+
+from alerts import rules
+from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
+from database import utcnow
+from extensions import db
+from taskrunner import events, runner
+from taskrunner.contract import Event, publishing
+from tests.alert_receivers import HttpReceiver, drain
+
+SECRET = "whsec-test-0123456789"
+
+
+@pytest.fixture
+def receiver():
+    server = HttpReceiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def alerting(make_app, controlled, receiver):
+    """An app whose alerts go to the receiver, as a signed generic webhook."""
+
+    def build(**settings):
+        app = make_app(
+            ALERT_WEBHOOK_URL=receiver.url,
+            ALERT_WEBHOOK_SECRET=SECRET,
+            BACKOFFICE_URL="https://backoffice.example.test",
+            **settings,
+        )
+        return app
+
+    return build
+
+
+def run_of(controlled, units: int, failing: set[str]) -> str:
+    controlled.failing = failing
+    handle = runner.start("tests.controlled", {"units": units}, "test")
+    drain("tasks", "default")
+    return handle.uuid
+
+
+def test_a_failed_run_alerts_once_and_the_next_clean_run_resolves(alerting, controlled, receiver):
+    with alerting().app_context():
+        first = run_of(controlled, 3, {"k1", "k2"})
+        run_of(controlled, 3, {"k1"})  # the same episode: no second alert, no reminder yet
+        run_of(controlled, 2, set())
+
+    assert receiver.kinds() == ["opened", "resolved"]
+    opened, resolved = (r.json for r in receiver.received)
+    assert opened["rule"] == "run_failed" and opened["key"] == "tests.controlled"
+    assert ["Failed units", "2 of 3"] in opened["facts"]
+    assert opened["error_groups"][0]["count"] == 2
+    assert opened["error_groups"][0]["kind"] == "domain"
+    run_url = f"https://backoffice.example.test/backoffice/task-runs/{first}"
+    assert {"label": "Run", "url": run_url} in opened["links"]
+    assert resolved["episode"] == opened["episode"] and resolved["seq"] == 2
+
+
+def test_a_run_under_its_types_threshold_does_not_alert(alerting, controlled, receiver):
+    app = alerting(ALERT_RUN_FAILED_TYPES="tests.controlled=2:0.5")
+    with app.app_context():
+        run_of(controlled, 4, {"k1"})  # one failed of four: under both
+        run_of(controlled, 4, {"k1", "k2", "k3"})  # three of four: over both
+    assert receiver.kinds() == ["opened"]
+
+
+def test_an_open_episode_is_reminded_only_after_the_interval(alerting, controlled, receiver):
+    app = alerting(
+        ALERT_RULES="queue_long_wait", ALERT_QUEUE_WAIT_MINUTES="*=30", ALERT_REMIND_MINUTES=60
+    )
+    with app.app_context():
+        controlled.failing = set()
+        runner.start("tests.controlled", {"units": 1}, "test")  # waits: nobody drains
+        start = utcnow()
+        for minutes in (31, 50, 89, 92, 120):
+            rules.evaluate(start + timedelta(minutes=minutes))
+            drain("default")
+        drain("tasks")
+        rules.evaluate(start + timedelta(minutes=121))  # the wait is over, inside the window
+        drain("default")
+        rules.evaluate(start + timedelta(minutes=127))
+        drain("default")
+
+    assert receiver.kinds() == ["opened", "reminder", "resolved"]
+    assert receiver.received[0].json["key"] == "tasks"
+
+
+def test_stale_units_flapping_inside_the_window_are_one_alert_and_one_resolved(
+    alerting, controlled, receiver
+):
+    app = alerting(
+        ALERT_RULES="stale_units",
+        ALERT_STALE_UNITS=2,
+        ALERT_STALE_MINUTES=10,
+        TASK_RUNNER_NEVER_STARTED_SECONDS=60,
+    )
+    with app.app_context():
+        controlled.failing = set()
+        runner.start("tests.controlled", {"units": 2}, "test")
+        t0 = utcnow()
+
+        def at(minutes: float) -> None:
+            rules.evaluate(t0 + timedelta(minutes=minutes))
+            drain("default")
+
+        def run_one() -> None:
+            from tasks.queues import queues
+
+            huey = queues().huey("tasks")
+            huey.execute(huey.dequeue())
+
+        at(2)  # two stale: the condition starts, the window runs
+        run_one()
+        at(5)  # one: a flap inside the window
+        runner.start("tests.controlled", {"units": 1}, "test")
+        at(12)  # two again, ten minutes after it started: the alert
+        run_one()
+        at(15)  # one: a flap, the episode goes on
+        runner.start("tests.controlled", {"units": 1}, "test")
+        at(18)
+        drain("tasks")
+        at(20)
+        at(27)  # clear for nine minutes: still inside the window
+        at(29)  # clear for eleven: resolved
+
+    assert receiver.kinds() == ["opened", "resolved"]
+    assert receiver.received[0].json["rule"] == "stale_units"
+
+
+def test_a_muted_rule_sends_nothing_while_its_episodes_go_on(alerting, controlled, receiver):
+    with alerting().app_context():
+        with publishing():
+            db.session.add(
+                AlertMute(rule="run_failed", until=utcnow() + timedelta(hours=1), muted_by="t")
+            )
+        run_of(controlled, 2, {"k1"})
+        opened = db.session.execute(select(AlertEpisode.rule, AlertEpisode.state)).one()
+        run_of(controlled, 2, set())
+        resolved = db.session.execute(select(AlertEpisode.state)).scalar_one()
+    assert receiver.kinds() == []
+    assert tuple(opened) == ("run_failed", "open") and resolved == "resolved"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Missed(Event):
+    """Stands for the schedules' event of the same name."""
+
+    name: ClassVar[str] = "tasks.schedule.missed"
+    schedule: str
+    slot_at: str
+    missed_slots: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recovered(Event):
+    """Stands for the schedules' event of the same name."""
+
+    name: ClassVar[str] = "tasks.schedule.recovered"
+    schedule: str
+    missed_slots: int
+    recovered_at: str
+
+
+@pytest.fixture
+def schedule_events(monkeypatch):
+    """The schedules' two events, declared as their module will declare them."""
+    known = events.known_events()
+    monkeypatch.setattr(
+        events,
+        "_DECLARED",
+        [*events._DECLARED, *(e for e in (Missed, Recovered) if e.name not in known)],
+    )
+
+
+def test_a_missed_schedule_alerts_once_per_episode_from_its_outbox_events(
+    schedule_events, alerting, receiver
+):
+    with alerting().app_context():
+        with publishing() as outbox:
+            outbox.emit(Missed("payments.nightly", "2026-12-02T03:00:00Z", 1))
+        with publishing() as outbox:
+            outbox.emit(Missed("payments.nightly", "2026-12-02T04:00:00Z", 2))
+        with publishing() as outbox:
+            outbox.emit(Recovered("payments.nightly", 2, "2026-12-02T05:00:00Z"))
+        drain("default")
+
+    assert receiver.kinds() == ["opened", "resolved"]
+    assert receiver.received[0].json["key"] == "payments.nightly"
+
+
+def test_open_episodes_are_counted_per_rule_in_the_metrics(alerting, controlled):
+    app = alerting(METRICS_TOKEN="scrape-token")
+    with app.app_context():
+        run_of(controlled, 2, {"k1"})
+    body = (
+        app.test_client()
+        .get("/metrics", headers={"Authorization": "Bearer scrape-token"})
+        .get_data(as_text=True)
+    )
+    assert 'taskledger_alert_episodes_open{rule="run_failed"} 1.0' in body
+    assert 'taskledger_alert_episodes_open{rule="stale_units"} 0.0' in body
+
+
+def test_an_open_episode_of_an_event_rule_is_reminded_by_the_evaluation(
+    alerting, controlled, receiver
+):
+    app = alerting(ALERT_RULES="run_failed", ALERT_REMIND_MINUTES=60)
+    with app.app_context():
+        run_of(controlled, 2, {"k1"})
+        now = utcnow()
+        for minutes in (30, 61, 90, 122):
+            rules.evaluate(now + timedelta(minutes=minutes))
+            drain("default")
+
+    assert receiver.kinds() == ["opened", "reminder", "reminder"]
+    assert ["Duration", "2 h 2 min"] in receiver.received[-1].json["facts"]
+
+
+def test_episodes_resolved_before_the_retention_are_pruned_with_their_messages(
+    alerting, controlled, receiver
+):
+    with alerting(TASK_RUNNER_RETENTION_DAYS=30).app_context():
+        run_of(controlled, 2, {"k1"})
+        run_of(controlled, 2, set())  # resolved now
+        run_of(controlled, 2, {"k1"})  # open
+        assert rules.prune(utcnow() + timedelta(days=29)) == 0
+        assert rules.prune(utcnow() + timedelta(days=31)) == 1
+        left = db.session.execute(select(AlertEpisode.state)).scalars().all()
+        messages = db.session.execute(select(func.count()).select_from(AlertMessage)).scalar()
+        deliveries = db.session.execute(select(func.count()).select_from(AlertDelivery)).scalar()
+    assert (left, messages, deliveries) == (["open"], 1, 1)
