@@ -4,9 +4,7 @@ and a condition that flaps inside its window is one episode. Judged on the clock
 
 from __future__ import annotations
 
-import dataclasses
-from datetime import timedelta
-from typing import ClassVar
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -15,8 +13,9 @@ from alerts import rules
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from database import utcnow
 from extensions import db
-from taskrunner import events, runner
-from taskrunner.contract import Event, publishing
+from taskrunner import runner, schedules
+from taskrunner.contract import publishing
+from taskrunner.ledger import ledger
 from tests.alert_receivers import HttpReceiver, drain
 
 SECRET = "whsec-test-0123456789"
@@ -154,51 +153,31 @@ def test_a_muted_rule_sends_nothing_while_its_episodes_go_on(alerting, controlle
     assert tuple(opened) == ("run_failed", "open") and resolved == "resolved"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Missed(Event):
-    """Stands for the schedules' event of the same name."""
-
-    name: ClassVar[str] = "tasks.schedule.missed"
-    schedule: str
-    slot_at: str
-    missed_slots: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Recovered(Event):
-    """Stands for the schedules' event of the same name."""
-
-    name: ClassVar[str] = "tasks.schedule.recovered"
-    schedule: str
-    missed_slots: int
-    recovered_at: str
-
-
-@pytest.fixture
-def schedule_events(monkeypatch):
-    """The schedules' two events, declared as their module will declare them."""
-    known = events.known_events()
-    monkeypatch.setattr(
-        events,
-        "_DECLARED",
-        [*events._DECLARED, *(e for e in (Missed, Recovered) if e.name not in known)],
-    )
-
-
-def test_a_missed_schedule_alerts_once_per_episode_from_its_outbox_events(
-    schedule_events, alerting, receiver
+def test_a_schedule_that_misses_its_slots_alerts_once_and_resolves_when_it_runs_again(
+    alerting, receiver
 ):
-    with alerting().app_context():
-        with publishing() as outbox:
-            outbox.emit(Missed("payments.nightly", "2026-12-02T03:00:00Z", 1))
-        with publishing() as outbox:
-            outbox.emit(Missed("payments.nightly", "2026-12-02T04:00:00Z", 2))
-        with publishing() as outbox:
-            outbox.emit(Recovered("payments.nightly", 2, "2026-12-02T05:00:00Z"))
+    # The schedules' own watch raises the events (three slots missed, then a slot run).
+    sweep, t0, period = "taskrunner.detect_stuck", datetime(2026, 3, 1, 12, 0), 300
+    grace = timedelta(seconds=2 * period)
+
+    def ran(slot: datetime, at: datetime) -> None:
+        assert ledger.schedules.claim(sweep, slot, "host-a:1", now=at)
+        ledger.schedules.finish(sweep, slot, None, None, now=at)
+
+    with alerting(ALERT_RULES="schedule_missed").app_context():
+        ran(t0, t0)
+        for k in (1, 2, 3):
+            slot = t0 + timedelta(seconds=period * k)
+            schedules.watch(now=slot + grace + timedelta(seconds=1))
+            drain("default")
+        back = t0 + timedelta(seconds=period * 4)
+        ran(back, back + timedelta(seconds=700))
+        schedules.watch(now=back + timedelta(seconds=701))
         drain("default")
 
-    assert receiver.kinds() == ["opened", "resolved"]
-    assert receiver.received[0].json["key"] == "payments.nightly"
+    sent = [r.json for r in receiver.received if r.json["key"] == sweep]
+    assert [alert["kind"] for alert in sent] == ["opened", "resolved"]
+    assert sent[0]["rule"] == "schedule_missed"
 
 
 def test_open_episodes_are_counted_per_rule_in_the_metrics(alerting, controlled):
