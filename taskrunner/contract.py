@@ -52,11 +52,13 @@ from taskrunner.types import (
     TaskReportableError,
     TaskRunnerError,
     TaskUnit,
+    UnitError,
     UnitJob,
     UnitStatus,
     check_context,
     plural,
 )
+from taskrunner.unit_rules import key_problem as unit_key_problem
 from tasks.interrupts import raise_if_stopping
 from tasks.routing import JobHandle, job, periodic
 from tasks.schedules import Cron, Every
@@ -78,6 +80,7 @@ __all__ = [
     "TaskRunnerError",
     "TaskUnit",
     "Tracked",
+    "UnitError",
     "UnitJob",
     "UnitStatus",
     "bind_scrubber",
@@ -104,6 +107,7 @@ __all__ = [
     "subscribe",
     "tracked_job",
     "unit_in_flight",
+    "unit_key_problem",
 ]
 
 
