@@ -75,3 +75,9 @@ def checked_units(units: Iterable[TaskUnit]) -> list[TaskUnit]:
         seen.add(unit.key)
         checked.append(unit)
     return checked
+
+
+def possible_keys(keys: Iterable[str]) -> list[str]:
+    """The keys among ``keys`` a run could hold: an operator's selection of units to act
+    on, the others matching no unit (PostgreSQL would refuse to compare some of them)."""
+    return [key for key in keys if key_problem(key) is None]

@@ -162,3 +162,17 @@ def test_the_unit_page_refuses_what_the_rule_refuses(app, keyed):
 
     for bad in ("k" * 192, "a%00b", "a%C2%85b", "a%0Ab"):
         assert web.get(base + bad, expect_errors=True).status_int == 404
+
+
+@pytest.mark.parametrize(
+    "bad_key", ["k" * 192, "a\x01b", "a\udcffb"], ids=["too long", "control", "lone surrogate"]
+)
+def test_a_retry_naming_a_key_no_run_can_hold_is_refused_in_one_line(app, cli, keyed, bad_key):
+    with app.app_context():
+        handle = start_run(TYPE, {"units": [["k" * 191, None]]}, "test")
+
+    result = cli.invoke(args=["tasks", "retry", handle.uuid, "--unit", bad_key])
+
+    assert result.exit_code == 1
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert "Traceback" not in result.output
