@@ -92,8 +92,9 @@ class DatabaseClock:
     def __init__(self, url: Any, options: Mapping[str, Any]) -> None:
         self._engine = create_engine(url, poolclass=NullPool, **options)
         self._lock = threading.Lock()
-        self._server: datetime | None = None
-        self._at = 0.0  # monotonic moment of the reading
+        # (the server's time, the monotonic moment it was read at): one attribute, so a
+        # thread never pairs a new reading with an old moment.
+        self._reading: tuple[datetime, float] | None = None
         self._next_read = 0.0
         self._failing = False
 
@@ -103,9 +104,11 @@ class DatabaseClock:
             with self._lock:
                 if tick >= self._next_read:
                     self._read()
-        if self._server is None:
+        reading = self._reading
+        if reading is None:
             return host_utcnow()
-        return self._server + timedelta(seconds=time.monotonic() - self._at)
+        server, read_at = reading
+        return server + timedelta(seconds=time.monotonic() - read_at)
 
     def _read(self) -> None:
         try:
@@ -122,7 +125,7 @@ class DatabaseClock:
         if self._failing:
             self._failing = False
             logger.info("The database clock is read again")
-        self._server, self._at = server, (sent + received) / 2
+        self._reading = (server, (sent + received) / 2)
         self._next_read = received + self.REREAD_SECONDS
 
 
