@@ -8,13 +8,16 @@ survives an outage, and SQLite keeps the host's.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 
 import pytest
+from huey import MemoryHuey
 from sqlalchemy import text
 
 from database import CLOCK, DatabaseClock, clock_offset, host_utcnow, utcnow
 from extensions import db
+from tasks import huey_internals as internals
 from tests.conftest import BACKEND
 from tests.outage import refused_url
 
@@ -64,3 +67,30 @@ def test_a_clock_never_read_stands_in_with_the_hosts():
 def test_sqlite_keeps_the_hosts_clock(ctx):
     assert ctx.extensions[CLOCK] is None
     assert clock_offset() == timedelta(0)
+
+
+def record(asked: list[datetime], moment: datetime) -> list[datetime]:
+    asked.append(moment)
+    return []
+
+
+@postgres_only
+def test_a_scheduler_on_a_host_a_minute_behind_asks_for_the_databases_slots(ctx, monkeypatch):
+    asked: list[datetime] = []
+    huey = MemoryHuey("taskledger.test-clock")
+
+    @huey.task(
+        name="sweep",
+        task_base=internals.SlottedPeriodicTask,
+        due_slots=partial(record, asked),  # a partial: no method binding
+    )
+    def sweep(slots=None):
+        return slots
+
+    host_moment = utcnow() - timedelta(seconds=60)  # what Huey's clock says on that host
+    monkeypatch.setattr("database.host_utcnow", lambda: host_moment)
+
+    huey.read_periodic(host_moment)
+
+    [moment] = asked
+    assert abs(moment - utcnow()) < timedelta(seconds=2)
