@@ -1,4 +1,4 @@
-"""Engine behaviour shared by every module: SQLite pragmas, transactions, time.
+"""Engine behaviour shared by every module: SQLite pragmas, transactions, the clock.
 
 On SQLite the run lock is the database write lock, taken at the start of the
 transaction with ``BEGIN IMMEDIATE``; a deferred transaction that reads first
@@ -9,28 +9,152 @@ off so that SQLAlchemy's ``begin`` event decides which BEGIN is sent.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from flask import Flask, current_app, has_app_context
+from sqlalchemy import create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from security.files import private_file
 
+logger = logging.getLogger(__name__)
+
 IMMEDIATE = "taskledger_begin_immediate"
+CLOCK = "taskledger_database_clock"  # the app's ``DatabaseClock`` (None: the host's clock)
+SERVER_CLOCK = "SELECT clock_timestamp() AT TIME ZONE 'UTC'"
 # How long a client should wait before asking again while the database cannot answer.
 OUTAGE_RETRY_SECONDS = 5
 
 
 def utcnow() -> datetime:
-    """Naive UTC: the same on SQLite and PostgreSQL columns."""
+    """Naive UTC, by the database's clock: the same on SQLite and PostgreSQL columns.
+
+    On PostgreSQL every host reads the server's clock (``DatabaseClock``), so a host
+    whose own clock is behind or ahead writes and judges the same moments as the others;
+    on SQLite the one host's clock is the database's. Outside an app context (a
+    consumer's presence thread) the clock of the app this process last built is used.
+    """
+    clock = _clock_in_use()
+    return clock.now() if clock is not None else host_utcnow()
+
+
+def epoch() -> float:
+    """``utcnow`` as seconds since the epoch (a drain horizon travels with its job so)."""
+    return utcnow().replace(tzinfo=UTC).timestamp()
+
+
+def clock_offset() -> timedelta:
+    """How far the database's clock is ahead of this host's (what a host time is moved by),
+    to the second: less is the noise of a reading, and would move a moment on a minute's
+    edge into the minute before. Nothing on SQLite, whose clock is this host's."""
+    clock = _clock_in_use()
+    if clock is None:
+        return timedelta(0)
+    return timedelta(seconds=round((clock.now() - host_utcnow()).total_seconds()))
+
+
+def host_utcnow() -> datetime:
+    """This host's own clock: only for what is never compared across hosts."""
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+class DatabaseClock:
+    """The PostgreSQL server's clock, read every ``REREAD_SECONDS`` and carried forward
+    between readings by this process's monotonic clock.
+
+    A reading is ``clock_timestamp()``: the moment the server evaluates it, which pairs
+    with the midpoint of the round trip here (``statement_timestamp()`` is the moment the
+    statement arrived, ``now()`` the start of its transaction: both earlier by up to the
+    time the server took to get to it). The error is half a round trip, plus the drift of
+    the monotonic clock over one interval (microseconds); a wall-clock step or a host
+    clock set wrong changes nothing, and the hot path pays no extra round trip.
+
+    It reads on a connection of its own, made and closed for the reading: a caller in
+    the middle of a transaction never waits for a second pooled connection. When the
+    server cannot be read, the last reading is carried on (and read again soon); before
+    any reading this host's clock stands in, with a warning.
+    """
+
+    REREAD_SECONDS = 30.0
+    RETRY_SECONDS = 2.0
+
+    def __init__(self, url: Any, options: Mapping[str, Any]) -> None:
+        self._engine = create_engine(url, poolclass=NullPool, **options)
+        self._lock = threading.Lock()
+        # (the server's time, the monotonic moment it was read at): one attribute, so a
+        # thread never pairs a new reading with an old moment.
+        self._reading: tuple[datetime, float] | None = None
+        self._next_read = 0.0
+        self._failing = False
+
+    def now(self) -> datetime:
+        tick = time.monotonic()
+        if tick >= self._next_read:
+            with self._lock:
+                if tick >= self._next_read:
+                    self._read()
+        reading = self._reading
+        if reading is None:
+            return host_utcnow()
+        server, read_at = reading
+        return server + timedelta(seconds=time.monotonic() - read_at)
+
+    def _read(self) -> None:
+        try:
+            sent = time.monotonic()
+            with self._engine.connect() as conn:
+                server = conn.execute(text(SERVER_CLOCK)).scalar_one()
+            received = time.monotonic()
+        except Exception as exc:
+            self._next_read = time.monotonic() + self.RETRY_SECONDS
+            if not self._failing:  # one warning per outage, not one per reading
+                self._failing = True
+                logger.warning("The database clock could not be read: %s", _first_line(exc))
+            return
+        if self._failing:
+            self._failing = False
+            logger.info("The database clock is read again")
+        self._reading = (server, (sent + received) / 2)
+        self._next_read = received + self.REREAD_SECONDS
+
+
+# One clock per database in a process, however many apps are built on it.
+_clocks: dict[str, DatabaseClock] = {}
+_last_bound: DatabaseClock | None = None
+
+
+def bind_clock(app: Flask) -> None:
+    """Give ``app`` the clock of its database (PostgreSQL); SQLite keeps the host's.
+
+    Nothing is read here (building an app does no I/O): the first ``utcnow`` reads.
+    """
+    global _last_bound
+    uri = str(app.config["SQLALCHEMY_DATABASE_URI"])
+    clock = None
+    if uri.startswith("postgresql"):
+        options = app.config["SQLALCHEMY_ENGINE_OPTIONS"]
+        # The connection settings only: pool sizes mean nothing to a connection of its own.
+        only = {k: options[k] for k in ("connect_args", "hide_parameters") if k in options}
+        clock = _clocks.get(uri) or _clocks.setdefault(uri, DatabaseClock(uri, only))
+    app.extensions[CLOCK] = clock
+    _last_bound = clock
+
+
+def _clock_in_use() -> DatabaseClock | None:
+    if has_app_context():
+        return current_app.extensions.get(CLOCK)
+    return _last_bound
 
 
 def iso(value: datetime | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import abort, request
 
 from security.echo import echo
-from taskrunner.contract import operations
+from taskrunner.contract import operations, unit_key_problem
 
 MAX_TEXT = 191
 BIGINT = 2**63 - 1
@@ -81,6 +81,7 @@ def run_uuid_or_404(value: str) -> str:
 
 
 def unit_key_or_404(value: str) -> str:
-    if not value or len(value) > MAX_TEXT or any(ord(c) < 32 for c in value):
+    """A unit key from a URL: any key a run may hold (the rule runs start with), else 404."""
+    if unit_key_problem(value) is not None:
         abort(404, description="no such unit")
     return value

@@ -123,14 +123,25 @@ class ProcessPool:
         worker_type: str | None = None,
         periodic: bool = False,
         polling: tuple[float, float, float] | None = TEST_POLLING,
+        clock_offset: str | None = None,
         **env: str,
     ) -> subprocess.Popen:
-        """One queue's consumer, on the command line ``flask workers`` would run."""
+        """One queue's consumer, on the command line ``flask workers`` would run.
+
+        ``clock_offset`` (``"-60s"``, ``"+60s"``): the process's wall clock shifted by
+        Debian's ``faketime``, as on a host whose clock is wrong.
+        """
         from tasks.workers import consumer_command
 
         command = consumer_command(
             queue, workers=workers, periodic=periodic, worker_type=worker_type, polling=polling
         )
+        if clock_offset is not None:
+            command = ["faketime", "-f", clock_offset, *command]
+            # A wrong wall clock; the monotonic clock (timed waits) stays the kernel's, and
+            # time.sleep is made to work with it (harness/faketime_site/sitecustomize.py).
+            site = f"{ROOT / 'harness' / 'faketime_site'}:{self.env.get('PYTHONPATH', ROOT)}"
+            env = {"FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": site, **env}
         return self.spawn(command, f"consumer-{queue}", **env)
 
     def alive(self) -> list[subprocess.Popen]:

@@ -53,11 +53,13 @@ from taskrunner.types import (
     TaskReportableError,
     TaskRunnerError,
     TaskUnit,
+    UnitError,
     UnitJob,
     UnitStatus,
     check_context,
     plural,
 )
+from taskrunner.unit_rules import key_problem as unit_key_problem
 from tasks.interrupts import raise_if_stopping
 from tasks.routing import JobHandle, job, periodic
 from tasks.schedules import Cron, Every, crontab
@@ -81,6 +83,7 @@ __all__ = [
     "TaskRunnerError",
     "TaskUnit",
     "Tracked",
+    "UnitError",
     "UnitJob",
     "UnitStatus",
     "bind_scrubber",
@@ -111,6 +114,7 @@ __all__ = [
     "subscribe",
     "tracked_job",
     "unit_in_flight",
+    "unit_key_problem",
 ]
 
 

@@ -8,12 +8,12 @@ console's queues page all ask it.
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from typing import Any
 
 from flask import current_app
 
+from database import epoch
 from taskrunner.ledger import Dispatch, ledger
 from taskrunner.redaction import register_domain_error
 from taskrunner.registry import registry
@@ -60,7 +60,7 @@ def _unit_jobs(
     """The Huey instance and the unit jobs of these units, on their type's queue."""
     wrapper = queues().task(RUN_UNIT, queue=queue_of(type_))
     timeout = registry.get(type_).options().timeout
-    expires = timedelta(seconds=max(1.0, horizon - time.time()))
+    expires = timedelta(seconds=max(1.0, horizon - epoch()))
     jobs = [
         wrapper.s(
             run_id,
@@ -86,7 +86,7 @@ def enqueue_unit(run_id: int, unit_id: int, token: str, type_: str, horizon: flo
 def enqueue_dispatch(dispatch: Dispatch) -> int:
     """Enqueue every pending unit holding the dispatch's token; return how many."""
     chunk = current_app.config["TASK_RUNNER_DISPATCH_CHUNK"]
-    horizon = time.time() + horizon_seconds()
+    horizon = epoch() + horizon_seconds()
     sent, after = 0, 0
     while True:
         ids = ledger.transitions.dispatch_batch(dispatch, after, chunk)

@@ -24,6 +24,7 @@ from huey.exceptions import RetryTask, TaskTimeout
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from database import epoch
 from extensions import db
 from taskrunner import tenant_scope
 from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_of
@@ -124,7 +125,7 @@ def handed_back(
 def run_unit(
     run_id: int, unit_id: int, token: str, horizon: float, type_: str | None = None
 ) -> None:
-    if time.time() > horizon:
+    if epoch() > horizon:
         _expire(unit_id, token)
         return
     # The type travels with the job, so an unthrottled unit costs no read before its gate.

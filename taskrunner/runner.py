@@ -19,6 +19,7 @@ from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition
+from taskrunner.unit_rules import checked_units
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,9 @@ def start(
 ) -> RunHandle:
     """Persist a run and its units, then dispatch one job per unit.
 
-    Refused (``Refused``, ``ContextError``) before anything is written: a type that is not
-    registered, a context the type's ``validate`` refuses.
+    Refused (``Refused``, ``ContextError``, ``UnitError``) before anything is written: a
+    type that is not registered, a context the type's ``validate`` refuses, a unit the
+    ledger cannot hold (``unit_rules``).
     """
     context = dict(context or {})
     definition = registry.get(
@@ -40,11 +42,12 @@ def start(
     validate = getattr(definition, "validate", None)
     if validate is not None:
         validate(context)  # ``ContextError``: refused before any row is written
+    units = checked_units(definition.units(context))
     dispatch = ledger.transitions.create_run(
         definition.type(),
         context,
         initiator,
-        definition.units(context),
+        units,
         current_app.config["TASK_RUNNER_INSERT_CHUNK"],
     )
     if dispatch.count == 0:

@@ -91,7 +91,9 @@ def execute_attempt(
 ) -> Any:
     claim = ledger.single_jobs.begin_single_attempt(type_, unit, task.id, initiator)
     if claim is None:
-        logger.info("Dispatch %s of %s already settled; nothing to do", task.id, type_)
+        logger.info(
+            "Dispatch %s of %s already settled or running elsewhere; nothing to do", task.id, type_
+        )
         return None
     try:
         with heartbeat.beating(claim.unit_id, claim.token), tenant_scope.tenant(unit.tenant_id):

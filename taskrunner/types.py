@@ -55,6 +55,12 @@ class ContextError(Refused):
     is made. Exit 1 with this one line in the CLI, a 400 problem body on the web."""
 
 
+class UnitError(ContextError):
+    """A run's units the ledger cannot hold or the pages cannot reach (a key too long, empty,
+    with a control character or a lone surrogate, twice in the run; a tenant id beyond 64
+    bits): no run is made. One line naming the unit, as for a context."""
+
+
 KINDS = {int: "a whole number", str: "a text", bool: "true or false"}
 
 

@@ -40,6 +40,8 @@ from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
 from huey.signals import SIGNAL_ENQUEUED
 from huey.storage import RedisStorage
 
+from database import clock_offset
+
 # Where the handlers live that raise a worker's stop: Huey's, and the lean lanes' (here).
 STOP_HANDLER_MODULES = ("huey.consumer", __name__)
 REVOKE_PREFIX = "r:"
@@ -79,7 +81,8 @@ class SlottedPeriodicTask(PeriodicTask):
     def validate_datetime(self, timestamp: datetime) -> bool:
         # Huey asks each fresh periodic task instance whether it is due, then enqueues it:
         # one job a check, carrying every slot that began since the scheduler's last one.
-        owed = self.due_slots(timestamp)
+        # Huey's moment is this host's; the slots are the database's, like every schedulers'.
+        owed = self.due_slots(timestamp + clock_offset())
         if not owed:
             return False
         self.kwargs = {

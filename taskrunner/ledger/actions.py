@@ -27,6 +27,7 @@ from taskrunner.ledger.writes import Writes
 from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunStatus, UnitStatus
+from taskrunner.unit_rules import possible_keys
 
 
 class OperatorActions:
@@ -72,7 +73,7 @@ class OperatorActions:
         )
         clauses = [TaskRunUnit.task_run_id == run.id, not_deleted(TaskRunUnit)]
         if unit_keys is not None:
-            clauses.append(TaskRunUnit.unit_key.in_([k[:191] for k in unit_keys]))
+            clauses.append(TaskRunUnit.unit_key.in_(possible_keys(unit_keys)))
         if reason is not None:
             clauses.append(TaskRunUnit.status == UnitStatus.FAILED)
             clauses.append(folded_reason(self.session) == reason)
@@ -106,7 +107,7 @@ class OperatorActions:
         (default: the clock), which staleness is judged at.
         """
         token = new_token()
-        keys = sorted({k[:191] for k in unit_keys}) if unit_keys is not None else None
+        keys = sorted(set(possible_keys(unit_keys))) if unit_keys is not None else None
         with self.writes.transition():
             run = self.writes.lock_live_run(run_uuid)
             if (run.context or {}).get("dispatch_uuid"):

@@ -38,6 +38,7 @@ from taskrunner.ledger.stale_rules import (
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunStatus
+from taskrunner.unit_rules import key_problem
 
 FAILED_RUN = (str(RunStatus.FAILED), str(RunStatus.COMPLETED_WITH_FAILURES))
 ATTENTION_WINDOW = timedelta(hours=24)
@@ -278,6 +279,8 @@ class RunReads:
 
     def unit_in_flight(self, type_: str, unit_key: str) -> bool:
         """Whether a unit with this key is pending or running in a running run of ``type_``."""
+        if key_problem(unit_key) is not None:
+            return False  # no run holds such a key (and PostgreSQL would refuse to compare it)
         found = self.session.execute(
             select(literal(1))
             .select_from(TaskRunUnit)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
 from taskrunner import events as ev
-from taskrunner.ledger.records import ACTIVE, Claim, RunInfo, new_token, not_deleted
+from taskrunner.ledger.records import Claim, RunInfo, new_token, not_deleted
+from taskrunner.ledger.stale_rules import lost_cutoff
 from taskrunner.ledger.transitions import owned
 from taskrunner.ledger.writes import Writes, lock_row
 from taskrunner.models import TaskRun, TaskRunUnit
@@ -32,8 +33,10 @@ class SingleJobs:
         Retries of one dispatch carry the same Huey task id (``context.dispatch_uuid``)
         and re-find their run; another dispatch of the same key opens its own. Each
         attempt takes the unit (pending, or running if the previous attempt's worker
-        died) with a fresh token and one more attempt. None: the dispatch already
-        settled or was cancelled, so this delivery does nothing.
+        died: its heartbeat is older than the stale rule's ``worker lost``) with a fresh
+        token and one more attempt. None: the dispatch already settled or was cancelled,
+        or its attempt is running on a live worker (a second delivery of the same
+        dispatch), so this delivery does nothing.
         """
         token = new_token()
         with self.writes.transition() as outbox:
@@ -68,7 +71,16 @@ class SingleJobs:
                 update(TaskRunUnit)
                 .where(
                     TaskRunUnit.task_run_id == run.id,
-                    TaskRunUnit.status.in_(ACTIVE),
+                    or_(
+                        TaskRunUnit.status == UnitStatus.PENDING,
+                        and_(
+                            TaskRunUnit.status == UnitStatus.RUNNING,
+                            or_(
+                                TaskRunUnit.heartbeat_at.is_(None),
+                                TaskRunUnit.heartbeat_at < lost_cutoff(now),
+                            ),
+                        ),
+                    ),
                     not_deleted(TaskRunUnit),
                 )
                 .values(
