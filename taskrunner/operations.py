@@ -21,7 +21,7 @@ from typing import Any
 
 from flask import current_app
 
-from taskrunner import console, delivery, reports, runner
+from taskrunner import console, delivery, reports, runner, schedule_actions
 from taskrunner import schedules as schedule_service
 from taskrunner.delivery import ParkedDelivery
 from taskrunner.events import catalog
@@ -101,10 +101,10 @@ throughput = ledger.throughput.read
 schedules = schedule_service.schedules
 schedule = schedule_service.schedule
 schedules_missed = schedule_service.missed_count
-schedule_run_running = schedule_service.previous_run_running
-run_schedule_now = schedule_service.run_now
-pause_schedule = schedule_service.pause
-resume_schedule = schedule_service.resume
+schedule_run_running = schedule_actions.previous_run_running
+run_schedule_now = schedule_actions.run_now
+pause_schedule = schedule_actions.pause
+resume_schedule = schedule_actions.resume
 schedule_actions = ledger.schedules.actions
 consumers, queues, search = console.consumers, console.queues, console.search
 # Operator actions, recorded with their ``Actor`` (who, web or CLI, from where); each

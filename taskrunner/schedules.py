@@ -33,12 +33,11 @@ from flask import current_app
 from sqlalchemy import Row
 
 from database import utcnow
-from taskrunner.ledger import Actor, ledger
+from taskrunner.ledger import ledger
 from taskrunner.models import ScheduleState
 from taskrunner.redaction import redact
-from taskrunner.types import Refused, RunStatus
+from taskrunner.types import RunStatus
 from tasks import slots as slot_wiring
-from tasks.queues import queues
 from tasks.routing import PeriodicSpec, routes
 from tasks.schedules import Schedule, slots_between
 
@@ -102,7 +101,8 @@ def names() -> list[str]:
     return sorted(routes.periodic)
 
 
-def _spec(name: str) -> PeriodicSpec:
+def known(name: str) -> PeriodicSpec:
+    """The declaration of schedule ``name``; raises ``UnknownSchedule``."""
     spec = routes.periodic.get(name)
     if spec is None:
         raise UnknownSchedule(f"no schedule named {name!r}")
@@ -231,7 +231,7 @@ def schedules(now: datetime | None = None, limit: int = STRIP) -> list[ScheduleV
 
 def schedule(name: str, now: datetime | None = None, limit: int = DETAIL) -> ScheduleView:
     """One schedule with its newest ``limit`` slots; ``UnknownSchedule`` if none is declared."""
-    _spec(name)
+    known(name)
     return _views([name], limit, now)[0]
 
 
@@ -298,48 +298,6 @@ def settle_gap(name: str, slot: datetime, now: datetime | None = None) -> int:
     finally:
         ledger.session.rollback()
     return ledger.schedules.mark_missed(name, missing, now=now)
-
-
-# -- operator actions -------------------------------------------------------------
-
-
-def previous_run_running(name: str) -> str | None:
-    """The uuid of the schedule's newest slot's run while that run still runs."""
-    last = schedule(name, limit=1).last_slot
-    if last is not None and last.state in ("running", "late") and last.run_uuid:
-        return last.run_uuid
-    return None
-
-
-def run_now(
-    name: str, actor: Actor, confirmed: bool = False, now: datetime | None = None
-) -> datetime:
-    """Enqueue a slot of ``name`` now, the way its scheduler does (initiator ``operator:…``).
-
-    Refused while the schedule's previous run still runs, unless ``confirmed`` again.
-    """
-    _spec(name)
-    running = previous_run_running(name)
-    if running and not confirmed:
-        raise Refused(
-            f"{name}: its previous run {running} is still running; confirm again to start another"
-        )
-    slot = (now or utcnow()).replace(microsecond=0)
-    ledger.schedules.record_run_now(name, slot, actor)
-    queues().enqueue_slot(name, slot, f"operator:{actor.name}")
-    return slot
-
-
-def pause(name: str, actor: Actor, now: datetime | None = None) -> bool:
-    """Pause ``name``: every scheduler skips its slots from its next check. False: it was."""
-    _spec(name)
-    return ledger.schedules.set_paused(name, True, actor, now)
-
-
-def resume(name: str, actor: Actor, now: datetime | None = None) -> bool:
-    """Resume ``name``; False when it was not paused."""
-    _spec(name)
-    return ledger.schedules.set_paused(name, False, actor, now)
 
 
 # -- the wiring's slot keeper ---------------------------------------------------------

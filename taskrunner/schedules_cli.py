@@ -10,7 +10,7 @@ import click
 from flask.cli import AppGroup
 
 from database import iso
-from taskrunner import reports
+from taskrunner import reports, schedule_actions
 from taskrunner import schedules as service
 from taskrunner.cli import refuse
 from taskrunner.ledger import CLI
@@ -74,7 +74,7 @@ def show_command(name: str, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Start it even while its previous run still runs.")
 def run_now_command(name: str, yes: bool) -> None:
     """Enqueue a slot now, the way its scheduler does."""
-    slot = _known(service.run_now, name, CLI, confirmed=yes)
+    slot = _known(schedule_actions.run_now, name, CLI, confirmed=yes)
     click.echo(f"{name}: slot {iso(slot)} enqueued")
 
 
@@ -82,7 +82,7 @@ def run_now_command(name: str, yes: bool) -> None:
 @click.argument("name")
 def pause_command(name: str) -> None:
     """Pause a schedule: every scheduler skips its slots from its next check."""
-    paused = _known(service.pause, name, CLI)
+    paused = _known(schedule_actions.pause, name, CLI)
     click.echo(f"schedule {name} " + ("paused" if paused else "was already paused"))
 
 
@@ -90,5 +90,5 @@ def pause_command(name: str) -> None:
 @click.argument("name")
 def resume_command(name: str) -> None:
     """Resume a paused schedule."""
-    resumed = _known(service.resume, name, CLI)
+    resumed = _known(schedule_actions.resume, name, CLI)
     click.echo(f"schedule {name} " + ("resumed" if resumed else "was not paused"))

@@ -9,7 +9,7 @@ import pytest
 
 import payments.statements  # noqa: F401 - declares the monthly statements
 import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
-from taskrunner import events, schedules
+from taskrunner import events, schedule_actions, schedules
 from taskrunner.ledger import Actor, ledger
 from tasks.routing import routes
 
@@ -153,15 +153,15 @@ def test_a_new_schedule_or_a_deploy_raises_no_false_alarm(ctx, heard):
 def test_a_paused_schedules_slots_are_paused_never_missed(ctx, heard):
     ran(SWEEP, T0)
     ops = Actor("ops@example.com", "web")
-    assert schedules.pause(SWEEP, ops, now=T0 + timedelta(seconds=1)) is True
-    assert schedules.pause(SWEEP, ops) is False
+    assert schedule_actions.pause(SWEEP, ops, now=T0 + timedelta(seconds=1)) is True
+    assert schedule_actions.pause(SWEEP, ops) is False
     later = T0 + timedelta(hours=1)
     schedules.watch(now=later)
     view = schedules.schedule(SWEEP, now=later)
     assert view.paused and view.paused_by == "ops@example.com"
     assert {state for _slot, state in states(view)[:-1]} == {"paused"}
     assert view.missed == 0 and heard == []
-    assert schedules.resume(SWEEP, Actor("ops@example.com", "web")) is True
+    assert schedule_actions.resume(SWEEP, Actor("ops@example.com", "web")) is True
     assert not schedules.schedule(SWEEP, now=later).paused
 
 
@@ -216,7 +216,7 @@ def test_a_scheduler_skips_a_paused_schedules_slot_at_its_next_check(ctx, monkey
     name = "taskrunner.relay_events"
     relayed = []
     monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
-    schedules.pause(name, Actor("ops@example.com", "web"))
+    schedule_actions.pause(name, Actor("ops@example.com", "web"))
     huey, task_class = periodic_task(ctx, name)
     huey.execute(task_class(kwargs={"slots": [T0.isoformat()], "enqueued": T0.isoformat()}))
     [row] = ledger.schedules.recent([name], 5)[name]

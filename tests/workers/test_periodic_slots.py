@@ -11,7 +11,7 @@ import pytest
 from database import utcnow
 from diagnostics.effects import effect_summary
 from extensions import db
-from taskrunner import schedules
+from taskrunner import schedule_actions, schedules
 from taskrunner.ledger import Actor, ledger
 from tests.support import Consumers, wait_for
 
@@ -130,7 +130,7 @@ def test_run_now_runs_one_slot_through_a_real_consumer(make_app, tmp_path):
     name = "taskrunner.relay_events"
     try:
         with app.app_context():
-            slot = schedules.run_now(name, Actor("ops@example.com", "web"))
+            slot = schedule_actions.run_now(name, Actor("ops@example.com", "web"))
             wait_for(
                 lambda: any(row.finished_at for row in slot_rows(name)),
                 timeout=60,
