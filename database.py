@@ -9,6 +9,7 @@ off so that SQLAlchemy's ``begin`` event decides which BEGIN is sent.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,6 +87,18 @@ def engine_options(config: Mapping[str, Any]) -> dict[str, Any]:
             **options.get("connect_args", {}),
         }
     return options
+
+
+def name_connections(engine: Engine, name: str) -> None:
+    """Name each PostgreSQL connection of ``engine`` after this process when it is made
+    (``application_name``: ``name``, the pid, ``ledger``), so ``pg_stat_activity`` tells
+    which process holds what; the pid is read at connect time, after any fork."""
+    if engine.dialect.name != "postgresql":
+        return
+
+    @event.listens_for(engine, "do_connect")
+    def _named(_dialect, _record, _cargs, cparams):
+        cparams["application_name"] = f"{name} {os.getpid()} ledger"[:63]
 
 
 def configure_engine(engine: Engine) -> None:

@@ -21,24 +21,32 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
   interrupts only a worker whose ``Huey._tasks_in_flight`` is not empty;
 - the lean consumer (``LeanConsumer``): the loops of ``Worker`` and ``Scheduler``, and
   how ``Consumer`` makes, checks and times out its processes;
-- the result store's key names (``REVOKE_PREFIX``, ``rate_limit_windows``, ``lock_prefix``).
+- the result store's key names (``REVOKE_PREFIX``, ``rate_limit_windows``, ``lock_prefix``);
+- ``SharedPostgresStorage``: ``PostgresStorage`` runs every statement through ``db()``
+  under its ``lock`` on ``conn``, waits for work in ``dequeue`` with ``_dequeue``,
+  ``blocking``, ``read_timeout`` and ``channel``, and connects with ``dsn`` and
+  ``connection_params``.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Protocol
 
+import psycopg
 from huey import Huey
 from huey.api import PeriodicTask, Task
 from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
 from huey.signals import SIGNAL_ENQUEUED
-from huey.storage import RedisStorage
+from huey.storage import PostgresStorage, RedisStorage
+from psycopg import sql
 
 # Where the handlers live that raise a worker's stop: Huey's, and the lean lanes' (here).
 STOP_HANDLER_MODULES = ("huey.consumer", __name__)
@@ -316,3 +324,176 @@ class LeanConsumer(ObservedConsumer):
             self.scheduler = self._create_process(self._create_scheduler(), "Scheduler")
             self.scheduler.start()
         return healthy
+
+
+# -- the PostgreSQL queue: two connections a process, whatever its threads ------------
+
+
+class ProcessConnections:
+    """One process's two connections to the queue's PostgreSQL, shared by every queue
+    and thread of it: one for statements (taken under ``lock``), one that LISTENs.
+
+    Huey's storage keeps a statement connection per queue and a LISTEN connection per
+    thread: 32 threads of the io lane held 33 connections idle. Here one thread at a
+    time waits on the LISTEN connection; the others wait to be woken by it, and every
+    woken thread tries the queue (a notification may have been for another queue: the
+    try finds nothing and the thread waits again, as Huey's own threads do).
+    """
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self.connect = connect
+        self.lock = threading.Lock()
+        self.statements: Any = None
+        self._listen_lock = threading.Lock()
+        self._listener: Any = None
+        self._channels: set[str] = set()
+        self._woken = threading.Condition()
+
+    def statement_conn(self) -> Any:
+        """The statement connection (the caller holds ``lock``), made again when broken."""
+        if self.statements is not None and (self.statements.closed or self.statements.broken):
+            _close_quietly(self.statements)
+            self.statements = None
+        if self.statements is None:
+            self.statements = self.connect()
+        return self.statements
+
+    def wait(self, channel: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a notification; whether one came (to anyone)."""
+        if not self._listen_lock.acquire(blocking=False):
+            with self._woken:
+                return self._woken.wait(timeout)
+        try:
+            conn = self._listening(channel)
+            heard = bool(list(conn.notifies(timeout=timeout, stop_after=1)))
+        except Exception:
+            _close_quietly(self._listener)
+            self._listener = None
+            raise
+        finally:
+            self._listen_lock.release()
+        if heard:
+            with self._woken:
+                self._woken.notify_all()
+        return heard
+
+    def _listening(self, channel: str) -> Any:
+        if self._listener is not None and (self._listener.closed or self._listener.broken):
+            _close_quietly(self._listener)
+            self._listener = None
+        if self._listener is None:
+            self._listener = self.connect()
+            self._channels = set()
+        if channel not in self._channels:
+            self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self._channels.add(channel)
+        return self._listener
+
+    def close(self) -> None:
+        with self.lock:
+            _close_quietly(self.statements)
+            self.statements = None
+        with self._listen_lock:
+            _close_quietly(self._listener)
+            self._listener = None
+
+
+def _close_quietly(conn: Any) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # a broken connection is simply let go
+            pass
+
+
+_PROCESS_CONNECTIONS: dict[tuple[int, str], ProcessConnections] = {}
+_PROCESS_CONNECTIONS_LOCK = threading.Lock()
+
+
+class SharedPostgresStorage(PostgresStorage):
+    """Huey's PostgreSQL storage on its process's ``ProcessConnections`` (per pid: a forked
+    worker opens its own and never touches its parent's). ``application_name`` names
+    the process, so ``pg_stat_activity`` shows what each one holds."""
+
+    def __init__(self, *args: Any, application_name: str = "taskledger", **kwargs: Any) -> None:
+        self.application_name = application_name
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def lock(self) -> Any:
+        return self.shared.lock
+
+    @lock.setter
+    def lock(self, _value: Any) -> None:
+        pass  # Huey's own lock per storage: the shared connection has the process's one
+
+    @property
+    def shared(self) -> ProcessConnections:
+        key = (os.getpid(), repr(sorted(self.connection_params.items())) + (self.dsn or ""))
+        with _PROCESS_CONNECTIONS_LOCK:
+            found = _PROCESS_CONNECTIONS.get(key)
+            if found is None:
+                found = _PROCESS_CONNECTIONS[key] = ProcessConnections(self._connect)
+        return found
+
+    def _connect(self) -> Any:
+        conn = psycopg.connect(
+            self.dsn or "",
+            **{**self.connection_params, "application_name": self.application_name_now()},
+        )
+        conn.autocommit = True
+        return conn
+
+    def application_name_now(self) -> str:
+        return f"{self.application_name} {os.getpid()} queue"[:63]
+
+    @property
+    def conn(self) -> Any:
+        return self.shared.statement_conn()
+
+    @contextmanager
+    def db(self, commit: bool = False, close: bool = False) -> Iterator[Any]:
+        shared = self.shared
+        with shared.lock:
+            conn = shared.statement_conn()
+            cursor = conn.cursor()
+            try:
+                if commit:
+                    cursor.execute(self.begin_sql)
+                yield cursor
+            except Exception:
+                if commit:
+                    _rollback_quietly(conn)
+                raise
+            else:
+                if commit:
+                    conn.commit()
+            finally:
+                cursor.close()
+                if close:
+                    _close_quietly(conn)
+                    shared.statements = None
+
+    def close(self) -> bool:
+        self.shared.close()
+        return True
+
+    def dequeue(self) -> Any:
+        data = self._dequeue()
+        if data is not None or not self.blocking:
+            return data
+        deadline = time.monotonic() + self.read_timeout
+        while True:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0 or not self.shared.wait(self.channel, timeout):
+                return None
+            data = self._dequeue()
+            if data is not None:
+                return data  # otherwise another worker won, or it was another queue's
+
+
+def _rollback_quietly(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # the connection broke: the next statement makes a new one
+        pass

@@ -12,8 +12,9 @@ beating, is shown as lost after three beats, and is forgotten after
 ``CONSUMER_RETENTION_MINUTES`` by the next beat of any consumer.
 
 The row lives in the ledger's database, so it works with every queue driver and
-any number of hosts. The heartbeat thread uses its own engine without a pool: a
-worker the consumer forks again after a crash must not inherit an open connection.
+any number of hosts. The heartbeat thread of a consumer of process workers uses its
+own engine without a pool: a worker the consumer forks again after a crash must not
+inherit an open connection. Thread workers fork nothing, and share one bounded pool.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.pool import NullPool
 
-from database import configure_engine, engine_options, utcnow
+from database import configure_engine, engine_options, name_connections, utcnow
 from extensions import db
 from tasks.huey_internals import ObservedConsumer
 
@@ -186,7 +187,10 @@ class Presence:
         self.board = board
         self.interval = float(app.config["CONSUMER_HEARTBEAT_SECONDS"])
         self.retention = timedelta(minutes=app.config["CONSUMER_RETENTION_MINUTES"])
-        self.engine = _engine(app)
+        # Thread (or greenlet) workers share their process's bounded pool: the heartbeat
+        # takes its turn in it rather than holding one connection more (tasks.budget).
+        self.owns_engine = worker_type == "process"
+        self.engine = _engine(app) if self.owns_engine else _app_engine(app)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._forgot_at: datetime | None = None
@@ -247,15 +251,23 @@ class Presence:
                 conn.execute(delete(table).where(table.c.id == self.id))
         except Exception:
             logger.exception("Consumer %s could not remove its row", self.id)
-        self.engine.dispose()
+        if self.owns_engine:
+            self.engine.dispose()
 
 
 def _engine(app: Flask) -> Engine:
     options = engine_options(app.config)
-    options.pop("pool_pre_ping", None)
+    for pooling in ("pool_pre_ping", "pool_size", "max_overflow", "pool_timeout"):
+        options.pop(pooling, None)
     engine = create_engine(app.config["SQLALCHEMY_DATABASE_URI"], poolclass=NullPool, **options)
     configure_engine(engine)
+    name_connections(engine, app.config["DATABASE_APPLICATION_NAME"])
     return engine
+
+
+def _app_engine(app: Flask) -> Engine:
+    with app.app_context():
+        return db.engine
 
 
 def watch(hueys: Iterable[Huey], board: Board) -> None:

@@ -26,7 +26,12 @@ from redis import ConnectionPool
 from database import postgres_connect_args
 from security.files import private_file
 from tasks import presence
-from tasks.huey_internals import SlottedPeriodicTask, serve_with, watch_stop_signal
+from tasks.huey_internals import (
+    SharedPostgresStorage,
+    SlottedPeriodicTask,
+    serve_with,
+    watch_stop_signal,
+)
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
 from tasks.schedules import DueSlots, tick_seconds
 from tasks.slots import claim as claim_slot
@@ -50,10 +55,18 @@ def _make_huey(app: Flask, queue: str) -> Huey:
     if driver == "redis":
         return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":
-        dsn = app.config.get("QUEUE_POSTGRES_DSN") or _libpq_dsn(
+        dsn = app.config.get("QUEUE_POSTGRES_DSN") or libpq_dsn(
             app.config["SQLALCHEMY_DATABASE_URI"]
         )
-        return PostgresHuey(name, dsn=dsn, **common, **postgres_connect_args(app.config))
+        # Two connections a process, whatever its threads or queues (tasks.budget).
+        return PostgresHuey(
+            name,
+            storage_class=SharedPostgresStorage,
+            dsn=dsn,
+            application_name=app.config["DATABASE_APPLICATION_NAME"],
+            **common,
+            **postgres_connect_args(app.config),
+        )
     raise QueueConfigError(f"QUEUE_DRIVER must be sqlite, redis or postgres, not {driver!r}")
 
 
@@ -75,7 +88,7 @@ def _redis_pool(app: Flask) -> ConnectionPool:
     return pool
 
 
-def _libpq_dsn(url: str) -> str:
+def libpq_dsn(url: str) -> str:
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql://" + url[len(prefix) :]

@@ -330,3 +330,75 @@ def test_the_result_store_names_revokes_rate_limits_and_locks_as_the_sweep_expec
     assert any(key.startswith(internals.lock_prefix(huey)) for key in keys)
     huey.storage.delete_counter(counter)
     assert huey.storage.incr(counter, 0) == 0
+
+
+@pytest.fixture
+def shared_postgres():
+    """Two queues of one process on ``SharedPostgresStorage``, named to be counted."""
+    from tests.conftest import BACKEND, PG_URL
+
+    if BACKEND != "postgres":
+        pytest.skip("PostgresHuey needs the PostgreSQL of the tests (TEST_BACKEND=postgres)")
+    import psycopg
+    from huey import PostgresHuey
+
+    dsn = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    name = f"internals-{uuid.uuid4().hex[:8]}"
+    hueys = [
+        PostgresHuey(
+            f"taskledger.{name}-{i}",
+            storage_class=internals.SharedPostgresStorage,
+            dsn=dsn,
+            application_name=name,
+            results=False,
+        )
+        for i in range(2)
+    ]
+
+    def connections() -> int:
+        with psycopg.connect(dsn) as admin:
+            return admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+                [f"{name} %"],
+            ).fetchone()[0]
+
+    yield hueys, connections
+    for huey in hueys:
+        huey.flush()
+    hueys[0].storage.close()
+
+
+def test_threads_of_one_process_share_two_queue_connections_and_are_all_woken(shared_postgres):
+    import threading
+
+    (first, second), connections = shared_postgres
+    echo = echo_task(first)
+    got: list = []
+    waiting = [threading.Thread(target=lambda: got.append(first.dequeue())) for _ in range(8)]
+    second.enqueue(echo_task(second).s(0))  # a statement on the other queue, same connection
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.3)  # every thread waits on the queue, one of them on the LISTEN
+    assert connections() == 2
+    for n in range(8):
+        first.enqueue(echo.s(n))
+    for thread in waiting:
+        thread.join(timeout=10)
+
+    # Each waiting thread took a task, woken by the one that listens (read_timeout is 1 s:
+    # a thread not woken would come back empty-handed).
+    assert sorted(task.args[0] for task in got if task is not None) == list(range(8))
+    assert connections() == 2
+    assert second.pending_count() == 1
+
+
+def test_a_forked_process_opens_its_own_queue_connections(shared_postgres):
+    (first, _), connections = shared_postgres
+    first.pending_count()
+    parent = first.storage.shared
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through its exit code
+        os._exit(0 if first.storage.shared is not parent and first.pending_count() == 0 else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert first.storage.shared is parent
