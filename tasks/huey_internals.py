@@ -14,7 +14,9 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
 - ``check_periodic_every``: a scheduler checks the periodic schedules every
   ``Scheduler.periodic_task_seconds``;
 - ``ObservedConsumer``: ``Consumer.run`` calls ``start`` once its workers may start, and
-  returns (or raises) when the consumer stops;
+  returns (or raises) when the consumer stops; it makes its workers and its scheduler
+  from ``worker_class`` and ``scheduler_class`` (``PatientWorker``, ``PatientScheduler``:
+  the loops of ``Worker`` and ``Scheduler``, their ``stop_flag``, ``sleep`` and timing);
 - the stop signal (``STOP_HANDLER_MODULES``, ``watch_stop_signal``, ``tasks_in_flight``):
   the SIGTERM handler a process worker gets (``ProcessEnvironment.init_child``) is a
   function of ``huey.consumer``, installed before the worker's startup hooks run, and
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import os
+import select
 import signal
 import threading
 import time
@@ -47,6 +50,8 @@ from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
 from huey.signals import SIGNAL_ENQUEUED
 from huey.storage import PostgresStorage, RedisStorage
 from psycopg import sql
+
+from tasks import outages
 
 # Where the handlers live that raise a worker's stop: Huey's, and the lean lanes' (here).
 STOP_HANDLER_MODULES = ("huey.consumer", __name__)
@@ -153,10 +158,53 @@ class Watcher(Protocol):
     def stop(self) -> None: ...
 
 
+class PatientWorker(Worker):
+    """Huey's worker that backs off while the queue's server is unreachable (``outages``):
+    one warning per episode instead of a traceback per attempt."""
+
+    def _read(self, huey: Huey) -> Task | None:
+        """The next task of ``huey``, or None (an empty queue, an outage waited out, or an
+        error logged)."""
+        try:
+            task = huey.dequeue()
+        except Exception as exc:
+            outage = outages.outage_of(exc)
+            if outage is None:
+                self._logger.exception("Error reading from queue %s", huey.name)
+                return None
+            self.stop_flag.wait(outages.episode.failed(outage, f"reading queue {huey.name}"))
+            return None
+        outages.episode.succeeded()
+        return task
+
+    def loop(self, now: Any = None) -> None:
+        task = self._read(self.huey)
+        if task is None:
+            if not self.huey.storage.blocking:
+                self.sleep()
+            return
+        self.delay = self.default_delay
+        self._execute(self.huey, task, now)
+
+    def _execute(self, huey: Huey, task: Task, now: Any) -> None:
+        try:
+            huey.execute(task, now)
+        except Exception as exc:
+            # The job ran (its outcome is the ledger's); what failed is Huey's bookkeeping
+            # around it in the queue's storage (its revoke key, a retry's schedule).
+            outage = outages.outage_of(exc)
+            if outage is None:
+                self._logger.exception("Unhandled error during execution of task %s.", task.id)
+                return
+            self.stop_flag.wait(outages.episode.failed(outage, f"after task {task.id}"))
+
+
 class ObservedConsumer(Consumer):
-    """Huey's consumer that tells its ``watcher`` when it has started and when it stops."""
+    """Huey's consumer that tells its ``watcher`` when it has started and when it stops,
+    and whose worker and scheduler back off during an outage."""
 
     watcher: Watcher | None = None
+    worker_class = PatientWorker
 
     def start(self) -> None:
         super().start()
@@ -174,7 +222,7 @@ class ObservedConsumer(Consumer):
 # -- the lean consumer: one process worker per lane of queues -------------------------
 
 
-class LaneWorker(Worker):
+class LaneWorker(PatientWorker):
     """One worker process that takes tasks from several queues, round robin."""
 
     process_name = "LaneWorker"
@@ -202,20 +250,13 @@ class LaneWorker(Worker):
         for offset in range(len(self.hueys)):
             index = (self._next + offset) % len(self.hueys)
             huey = self.hueys[index]
-            try:
-                task = huey.dequeue()
-            except Exception:
-                self._logger.exception("Error reading from queue %s", huey.name)
-                continue
+            task = self._read(huey)
             if task is None:
                 continue
             # The next pass starts after this queue, so no queue of the lane starves.
             self._next = (index + 1) % len(self.hueys)
             self.delay = self.default_delay
-            try:
-                huey.execute(task, now)
-            except Exception:
-                self._logger.exception("Unhandled error during execution of task %s.", task.id)
+            self._execute(huey, task, now)
             return
         if not any(huey.storage.blocking for huey in self.hueys):
             self.sleep()
@@ -241,9 +282,17 @@ class LaneScheduler(Scheduler):
         for huey in self.hueys:
             try:
                 due = huey.read_schedule(now)
-            except Exception:
-                self._logger.exception("Error reading schedule of %s.", huey.name)
-                continue
+            except Exception as exc:
+                outage = outages.outage_of(exc)
+                if outage is None:
+                    self._logger.exception("Error reading schedule of %s.", huey.name)
+                    continue
+                # The next loop is due after the pause: the schedule waits, nothing is lost.
+                pause = outages.episode.failed(outage, f"reading the schedule of {huey.name}")
+                self._next_loop = time.monotonic() + pause
+                self.stop_flag.wait(pause)
+                return
+            outages.episode.succeeded()
             for task in due:
                 try:
                     huey.enqueue(task)
@@ -254,6 +303,16 @@ class LaneScheduler(Scheduler):
                 self._next_periodic += self.periodic_task_seconds
             self.enqueue_periodic_tasks(now)
         self.sleep_for_interval(current, self.interval)
+
+
+class PatientScheduler(LaneScheduler):
+    """Huey's scheduler of one queue, backing off during an outage like the lean one."""
+
+    def __init__(self, huey: Huey, stop_flag: Any, interval: int, periodic: bool) -> None:
+        super().__init__([huey], stop_flag, interval, huey if periodic else None)
+
+
+ObservedConsumer.scheduler_class = PatientScheduler
 
 
 class LaneEnvironment(ProcessEnvironment):
@@ -350,8 +409,12 @@ class ProcessConnections:
         self._woken = threading.Condition()
 
     def statement_conn(self) -> Any:
-        """The statement connection (the caller holds ``lock``), made again when broken."""
-        if self.statements is not None and (self.statements.closed or self.statements.broken):
+        """The statement connection (the caller holds ``lock``), made again when broken --
+        or when the server spoke while it was idle: a backend terminated between two
+        statements says so at once, and the next statement need not fail for it."""
+        if self.statements is not None and (
+            self.statements.closed or self.statements.broken or _spoke(self.statements)
+        ):
             _close_quietly(self.statements)
             self.statements = None
         if self.statements is None:
@@ -364,18 +427,28 @@ class ProcessConnections:
             with self._woken:
                 return self._woken.wait(timeout)
         try:
-            conn = self._listening(channel)
-            heard = bool(list(conn.notifies(timeout=timeout, stop_after=1)))
-        except Exception:
-            _close_quietly(self._listener)
-            self._listener = None
-            raise
+            heard = self._listen(channel, timeout)
         finally:
             self._listen_lock.release()
         if heard:
             with self._woken:
                 self._woken.notify_all()
         return heard
+
+    def _listen(self, channel: str, timeout: float) -> bool:
+        for fresh in (False, True):
+            kept = self._listener is not None
+            try:
+                conn = self._listening(channel)
+                return bool(list(conn.notifies(timeout=timeout, stop_after=1)))
+            except Exception:
+                _close_quietly(self._listener)
+                self._listener = None
+                # A kept connection the server dropped while it was idle (an outage since
+                # ended) is replaced once at once; a fresh one that fails is an outage.
+                if fresh or not kept:
+                    raise
+        return False
 
     def _listening(self, channel: str) -> Any:
         if self._listener is not None and (self._listener.closed or self._listener.broken):
@@ -396,6 +469,16 @@ class ProcessConnections:
         with self._listen_lock:
             _close_quietly(self._listener)
             self._listener = None
+
+
+def _spoke(conn: Any) -> bool:
+    """Whether the server sent something to an idle statement connection (it only ever
+    does to say the session is over)."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _close_quietly(conn: Any) -> None:

@@ -40,6 +40,7 @@ from sqlalchemy.pool import NullPool
 
 from database import configure_engine, engine_options, name_connections, utcnow
 from extensions import db
+from tasks import outages
 from tasks.huey_internals import ObservedConsumer
 
 logger = logging.getLogger(__name__)
@@ -207,11 +208,20 @@ class Presence:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        pause = self.interval
+        while not self._stop.wait(pause):
+            pause = self.interval
             try:
                 self.beat()
-            except Exception:
-                logger.exception("Heartbeat of consumer %s failed", self.id)
+            except Exception as exc:
+                outage = outages.outage_of(exc)
+                if outage is None:
+                    logger.exception("Heartbeat of consumer %s failed", self.id)
+                    continue
+                # Each beat of an outage is one failed attempt: said once, then backed off.
+                pause = max(pause, outages.episode.failed(outage, "the consumer's heartbeat"))
+            else:
+                outages.episode.succeeded()
 
     def beat(self) -> None:
         self.board.forget_dead()
