@@ -27,12 +27,15 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
 - ``SharedPostgresStorage``: ``PostgresStorage`` runs every statement through ``db()``
   under its ``lock`` on ``conn``, waits for work in ``dequeue`` with ``_dequeue``,
   ``blocking``, ``read_timeout`` and ``channel``, and connects with ``dsn`` and
-  ``connection_params``.
+  ``connection_params``;
+- ``WatchedSqliteStorage``: ``SqliteStorage`` reaches its connection through ``conn``
+  (``_conn``, ``_create_connection``, ``ddl``, ``filename``).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import select
 import signal
@@ -48,10 +51,12 @@ from huey import Huey
 from huey.api import PeriodicTask, Task
 from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
 from huey.signals import SIGNAL_ENQUEUED
-from huey.storage import PostgresStorage, RedisStorage
+from huey.storage import PostgresStorage, RedisStorage, SqliteStorage
 from psycopg import sql
 
 from tasks import outages
+
+logger = logging.getLogger(__name__)
 
 # Where the handlers live that raise a worker's stop: Huey's, and the lean lanes' (here).
 STOP_HANDLER_MODULES = ("huey.consumer", __name__)
@@ -580,3 +585,78 @@ def _rollback_quietly(conn: Any) -> None:
         conn.rollback()
     except Exception:  # the connection broke: the next statement makes a new one
         pass
+
+
+# -- the SQLite queue: a file replaced under running consumers --------------------------
+
+
+class WatchedSqliteStorage(SqliteStorage):
+    """Huey's SQLite storage that notices its file was replaced under it.
+
+    An open SQLite connection keeps the file it opened: deleted (and made anew by the
+    next process that opens the path) or truncated, the consumer would go on reading a
+    file nobody writes to, while the CLI writes to one nobody reads. Before every use of
+    its connection (each wake-up of a worker reads the queue through it) the storage
+    compares the path's inode with the one it opened, and its size with zero; when they
+    differ it closes the connection and opens the path again, with Huey's tables.
+    """
+
+    _opened: tuple[int, int] | None = None
+
+    @property
+    def conn(self) -> Any:
+        if self._conn is not None and self._replaced():
+            logger.warning(
+                "Queue file %s was replaced (deleted or truncated): reopening it", self.filename
+            )
+            _close_quietly(self._conn)
+            self._conn = None
+        if self._conn is None:
+            conn = self._create_connection()
+            for ddl in self.ddl:  # a new file has none of Huey's tables yet
+                conn.execute(ddl)
+            self._conn = conn
+            self._opened = _identity(self.filename)
+        return self._conn
+
+    def _replaced(self) -> bool:
+        now = _identity(self.filename)
+        return now is None or now != self._opened or os.stat(self.filename).st_size == 0
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+READER_PREFIX = "reader."
+READER_RETENTION_SECONDS = 3600
+
+
+def mark_reader(huey: Huey, reader: str, now: float) -> None:
+    """Note in a SQLite queue's own file that ``reader`` reads it now (its key-value
+    table), and forget readers silent for an hour: the CLI asks the file it writes to
+    whether anyone reads it (``last_read``)."""
+    storage = huey.storage
+    if not isinstance(storage, WatchedSqliteStorage):
+        return
+    storage.put_data(READER_PREFIX + reader, repr(now).encode())
+    storage.sql(
+        "delete from kv where queue = ? and key like ? and cast(value as real) < ?",
+        (storage.name, READER_PREFIX + "%", now - READER_RETENTION_SECONDS),
+        commit=True,
+    )
+
+
+def last_read(huey: Huey) -> float | None:
+    """When a consumer last said it reads this SQLite queue's file (None: never)."""
+    storage = huey.storage
+    rows = storage.sql(
+        "select max(cast(value as real)) from kv where queue = ? and key like ?",
+        (storage.name, READER_PREFIX + "%"),
+        results=True,
+    )
+    return rows[0][0] if rows else None

@@ -41,7 +41,7 @@ from sqlalchemy.pool import NullPool
 from database import configure_engine, engine_options, name_connections, utcnow
 from extensions import db
 from tasks import outages
-from tasks.huey_internals import ObservedConsumer
+from tasks.huey_internals import ObservedConsumer, mark_reader
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +176,13 @@ class Presence:
     """One consumer's row: registered at start, beaten by a thread, deleted at stop."""
 
     def __init__(
-        self, app: Flask, queues: list[str], worker_type: str, workers: int, board: Board
+        self,
+        app: Flask,
+        queues: list[str],
+        worker_type: str,
+        workers: int,
+        board: Board,
+        hueys: Iterable[Huey] = (),
     ) -> None:
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -186,6 +192,7 @@ class Presence:
         self.worker_type = worker_type
         self.workers = workers
         self.board = board
+        self.hueys = list(hueys)
         self.interval = float(app.config["CONSUMER_HEARTBEAT_SECONDS"])
         self.retention = timedelta(minutes=app.config["CONSUMER_RETENTION_MINUTES"])
         # Thread (or greenlet) workers share their process's bounded pool: the heartbeat
@@ -252,6 +259,9 @@ class Presence:
                 conn.execute(delete(table).where(table.c.heartbeat_at < now - self.retention))
         if forget:
             self._forgot_at = now
+        for huey in self.hueys:
+            # A SQLite queue's file says who reads it: the CLI asks before it trusts it.
+            mark_reader(huey, self.id, time.time())
 
     def stop(self) -> None:
         self._stop.set()
@@ -293,7 +303,12 @@ def present(app: Flask, hueys: list[Huey], worker_type: str, workers: int) -> Pr
     board = Board(max(2, 2 * workers))
     watch(hueys, board)
     return Presence(
-        app, [h.name.removeprefix("taskledger.") for h in hueys], worker_type, workers, board
+        app,
+        [h.name.removeprefix("taskledger.") for h in hueys],
+        worker_type,
+        workers,
+        board,
+        hueys,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from tasks import presence
 from tasks.huey_internals import (
     SharedPostgresStorage,
     SlottedPeriodicTask,
+    WatchedSqliteStorage,
+    last_read,
     serve_with,
     watch_stop_signal,
 )
@@ -50,8 +53,15 @@ def _make_huey(app: Flask, queue: str) -> Huey:
     if app.config.get("QUEUE_IMMEDIATE"):
         return Huey(name, immediate=True, **common)
     if driver == "sqlite":
-        filename = private_file(Path(app.config["QUEUE_SQLITE_PATH"]))
-        return SqliteHuey(name, filename=str(filename), timeout=30, **common)
+        filename = private_file(sqlite_queue_path(app))
+        # A file replaced under a running consumer is noticed and reopened.
+        return SqliteHuey(
+            name,
+            storage_class=WatchedSqliteStorage,
+            filename=str(filename),
+            timeout=30,
+            **common,
+        )
     if driver == "redis":
         return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":
@@ -68,6 +78,14 @@ def _make_huey(app: Flask, queue: str) -> Huey:
             **postgres_connect_args(app.config),
         )
     raise QueueConfigError(f"QUEUE_DRIVER must be sqlite, redis or postgres, not {driver!r}")
+
+
+def sqlite_queue_path(app: Flask) -> Path:
+    """The SQLite queue's file: ``QUEUE_SQLITE_PATH``, a relative one inside the instance
+    folder -- never the working directory, which differs between the CLI of an operator's
+    shell and the consumers of a service, and would give each a file of its own."""
+    path = Path(app.config["QUEUE_SQLITE_PATH"]).expanduser()
+    return path if path.is_absolute() else Path(app.instance_path) / path
 
 
 def _redis_pool(app: Flask) -> ConnectionPool:
@@ -114,6 +132,18 @@ class Queues:
 
     def all(self) -> dict[str, Huey]:
         return {name: self.huey(name) for name in QUEUE_NAMES}
+
+    def unread_file(self, queue: str) -> Path | None:
+        """The SQLite queue's file when no consumer of ``queue``'s file said it read it
+        within three heartbeats (what it was sent waits there until one does); None when
+        one did, or off SQLite."""
+        if self.app.config["QUEUE_DRIVER"] != "sqlite" or self.app.config.get("QUEUE_IMMEDIATE"):
+            return None
+        last = last_read(self.huey(queue))
+        window = 3 * float(self.app.config["CONSUMER_HEARTBEAT_SECONDS"])
+        if last is not None and time.time() - last <= window:
+            return None
+        return sqlite_queue_path(self.app)
 
     def task(self, job_name: str, queue: str | None = None) -> Any:
         """The Huey task wrapper of a job (on ``queue`` for jobs served by every queue)."""

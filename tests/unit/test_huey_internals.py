@@ -21,6 +21,7 @@ from huey.signals import SIGNAL_ENQUEUED, SIGNAL_INTERRUPTED, SIGNAL_TIMEOUT
 
 from database import utcnow
 from tasks import huey_internals as internals
+from tasks import outages
 from tests.conftest import REDIS_URL, require_redis
 
 
@@ -402,3 +403,66 @@ def test_a_forked_process_opens_its_own_queue_connections(shared_postgres):
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert first.storage.shared is parent
+
+
+def test_a_sqlite_storage_reopens_its_file_when_it_was_replaced_under_it(tmp_path):
+    path = tmp_path / "queue.sqlite3"
+
+    def huey():
+        return SqliteHuey(
+            "taskledger.tasks", filename=str(path), storage_class=internals.WatchedSqliteStorage
+        )
+
+    consumer = huey()
+    echo = echo_task(consumer)
+    consumer.enqueue(echo.s(1))
+    assert consumer.dequeue().args == (1,)
+
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"queue.sqlite3{suffix}").unlink(missing_ok=True)
+    cli = huey()  # a process that opens the path now: a new file
+    cli.enqueue(echo_task(cli).s(2))
+
+    assert consumer.dequeue().args == (2,)  # not the deleted file it had open
+
+
+def test_a_consumers_mark_in_the_sqlite_file_says_when_it_last_read_it(tmp_path):
+    huey = SqliteHuey(
+        "taskledger.tasks",
+        filename=str(tmp_path / "q.sqlite3"),
+        storage_class=internals.WatchedSqliteStorage,
+    )
+    assert internals.last_read(huey) is None
+
+    internals.mark_reader(huey, "host:1:1", 1000.0)
+    internals.mark_reader(huey, "host:2:2", 1000.0 + internals.READER_RETENTION_SECONDS + 5)
+
+    assert internals.last_read(huey) == 1000.0 + internals.READER_RETENTION_SECONDS + 5
+    marks = huey.storage.sql("select key from kv", results=True)
+    assert marks == [("reader.host:2:2",)]  # the reader silent for an hour is forgotten
+
+
+def test_a_patient_worker_waits_out_an_outage_of_its_queue_without_a_traceback(monkeypatch, caplog):
+    import psycopg
+
+    episode = outages.Episode()
+    monkeypatch.setattr(outages, "episode", episode)
+    waits: list[float] = []
+
+    class Refusing:
+        name = "taskledger.tasks"
+        storage = SimpleNamespace(blocking=True)
+        _startup: dict = {}
+
+        def dequeue(self):
+            raise psycopg.OperationalError("connection refused")
+
+    stop_flag = SimpleNamespace(wait=waits.append, is_set=lambda: False)
+    worker = internals.PatientWorker(Refusing(), stop_flag, 0.1, 1.0, 1.1)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            worker.loop()
+
+    assert waits == [0.5, 1.0, 2.0]
+    assert [r.name for r in caplog.records] == ["tasks.outages"]
+    assert not any(r.exc_info for r in caplog.records)
