@@ -3,7 +3,8 @@ server has room for a plan of them.
 
 A process that runs jobs holds at most ``LEDGER_CONNECTIONS`` connections to the ledger
 (a bounded pool its threads share) and, on the PostgreSQL queue, ``QUEUE_CONNECTIONS``
-for the queue (one for statements, one that LISTENs: ``huey_internals.ProcessConnections``).
+for the queue (one for statements, one that LISTENs: ``huey_internals.ProcessConnections``;
+a process worker, one thread, LISTENs on its statement connection and holds one).
 A consumer of process workers adds its main process (the heartbeat's one connection to
 the ledger, opened per beat) and its scheduler process (the queue's statement connection
 only: it never waits on the queue, and reads no ledger). ``docs/deploy.md`` gives the
@@ -69,7 +70,8 @@ def consumer_processes(
     return [
         ProcessBudget(consumer, "main", 1, 1, 0),
         ProcessBudget(consumer, "scheduler", 1, 0, 1 if postgres_queue else 0),
-        ProcessBudget(consumer, "worker", workers, LEDGER_CONNECTIONS, queue),
+        # One thread: it waits for work on its statement connection (ProcessConnections).
+        ProcessBudget(consumer, "worker", workers, LEDGER_CONNECTIONS, 1 if postgres_queue else 0),
     ]
 
 

@@ -402,7 +402,12 @@ class ProcessConnections:
     time waits on the LISTEN connection; the others wait to be woken by it, and every
     woken thread tries the queue (a notification may have been for another queue: the
     try finds nothing and the thread waits again, as Huey's own threads do).
+
+    A process whose one thread is all that uses the queue (a process worker: ``single``)
+    LISTENs on its statement connection, under its lock, and holds one connection.
     """
+
+    single = False
 
     def __init__(self, connect: Callable[[], Any]) -> None:
         self.connect = connect
@@ -415,10 +420,10 @@ class ProcessConnections:
 
     def statement_conn(self) -> Any:
         """The statement connection (the caller holds ``lock``), made again when broken --
-        or when the server spoke while it was idle: a backend terminated between two
-        statements says so at once, and the next statement need not fail for it."""
+        or when the server ended its session while it was idle: a backend terminated
+        between two statements says so at once, and the next statement need not fail."""
         if self.statements is not None and (
-            self.statements.closed or self.statements.broken or _spoke(self.statements)
+            self.statements.closed or self.statements.broken or _dropped(self.statements)
         ):
             _close_quietly(self.statements)
             self.statements = None
@@ -428,6 +433,9 @@ class ProcessConnections:
 
     def wait(self, channel: str, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a notification; whether one came (to anyone)."""
+        if self.single:
+            with self.lock:
+                return self._listen_on_statements(channel, timeout)
         if not self._listen_lock.acquire(blocking=False):
             with self._woken:
                 return self._woken.wait(timeout)
@@ -455,6 +463,24 @@ class ProcessConnections:
                     raise
         return False
 
+    def _listen_on_statements(self, channel: str, timeout: float) -> bool:
+        for fresh in (False, True):
+            kept = self.statements is not None
+            try:
+                conn = self.statement_conn()
+                if conn is not self._listener:
+                    self._listener, self._channels = conn, set()
+                if channel not in self._channels:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self._channels.add(channel)
+                return bool(list(conn.notifies(timeout=timeout, stop_after=1)))
+            except Exception:
+                _close_quietly(self.statements)
+                self.statements = self._listener = None
+                if fresh or not kept:  # as in ``_listen``: a kept one is replaced once
+                    raise
+        return False
+
     def _listening(self, channel: str) -> Any:
         if self._listener is not None and (self._listener.closed or self._listener.broken):
             _close_quietly(self._listener)
@@ -476,14 +502,31 @@ class ProcessConnections:
             self._listener = None
 
 
-def _spoke(conn: Any) -> bool:
-    """Whether the server sent something to an idle statement connection (it only ever
-    does to say the session is over)."""
+def use_one_queue_connection(huey: Huey) -> None:
+    """A worker's startup hook: a process worker (its hooks run on the main thread; a
+    thread worker's on its own thread) waits on its statement connection."""
+    storage = huey.storage
+    if isinstance(storage, SharedPostgresStorage) and (
+        threading.current_thread() is threading.main_thread()
+    ):
+        storage.shared.single = True
+
+
+def _dropped(conn: Any) -> bool:
+    """Whether the server ended an idle connection's session: the only other thing it
+    sends unasked is a notification, to a connection that LISTENs. Read here, that one is
+    dropped: the worker about to use the connection reads the queue anyway."""
     try:
         readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError):
+        if not readable:
+            return False
+        conn.pgconn.consume_input()
+    except Exception:  # closed, or the read failed: the session is over
         return True
-    return bool(readable)
+    heard = False
+    while conn.pgconn.notifies() is not None:
+        heard = True
+    return not heard or conn.pgconn.status != psycopg.pq.ConnStatus.OK
 
 
 def _close_quietly(conn: Any) -> None:

@@ -33,6 +33,7 @@ from tasks.huey_internals import (
     WatchedSqliteStorage,
     last_read,
     serve_with,
+    use_one_queue_connection,
     watch_stop_signal,
 )
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
@@ -157,6 +158,10 @@ class Queues:
         # Each process worker notes its stop signal, so an interrupt whose traceback a
         # library cut off is still told apart from a job's own failure.
         huey.on_startup("taskledger.watch_stop_signal")(watch_stop_signal)
+        # A process worker holds one connection to the PostgreSQL queue, not two.
+        huey.on_startup("taskledger.one_queue_connection")(
+            functools.partial(use_one_queue_connection, huey)
+        )
         # ``huey_consumer`` asks the instance for its consumer: ours registers itself.
         serve_with(huey, presence.consumer_factory(self.app, huey))
         for spec in routes.jobs.values():

@@ -33,7 +33,8 @@ def test_the_plan_prints_each_process_and_a_total_that_adds_them_up(base_config)
     io_threads = f"{QUEUES['io'].workers} threads"
     # Thirty-two threads, one process: the same two and two as a single worker.
     assert found[("io", io_threads)] == (1, LEDGER_CONNECTIONS, QUEUE_CONNECTIONS)
-    assert found[("tasks", "worker")] == (QUEUES["tasks"].workers, 2, 2)
+    # A process worker (one thread) waits for work on its statement connection.
+    assert found[("tasks", "worker")] == (QUEUES["tasks"].workers, 2, 1)
     assert found[("tasks", "main")] == (1, 1, 0)
     assert found[("tasks", "scheduler")] == (1, 0, 1)
     ledger = sum(count * led for count, led, _ in found.values())
@@ -43,7 +44,7 @@ def test_the_plan_prints_each_process_and_a_total_that_adds_them_up(base_config)
         f"total: {sum(c for c, _, _ in found.values())} processes, {ledger} ledger + {queue}"
         f" queue = {ledger + queue} connections at most (the PostgreSQL queue)"
     )
-    assert (ledger, queue) == (20, 20)
+    assert (ledger, queue) == (20, 13)
 
 
 def test_off_the_postgresql_queue_the_plan_holds_no_queue_connection(base_config):
@@ -68,7 +69,7 @@ def test_flask_workers_refuses_before_starting_anything_when_the_server_has_no_r
 
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        "Error: the consumers may hold 40 connections but the server allows 7 more"
+        "Error: the consumers may hold 33 connections but the server allows 7 more"
         " (role limit 10 - 3 in use); see flask workers --plan"
     ]
 

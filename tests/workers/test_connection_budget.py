@@ -120,6 +120,8 @@ def test_each_process_of_a_process_consumer_stays_within_its_plan_while_busy(pg_
     assert within_budget(busy), busy
     assert busy.get(consumer.pid, Counter())["ledger"] <= main.ledger
     assert busy.get(consumer.pid, Counter())["queue"] == main.queue == 0
+    # The scheduler and each process worker: one connection to the queue.
+    assert all(k["queue"] <= workers.queue == scheduler.queue == 1 for k in busy.values())
     total = sum(sum(kinds.values()) for kinds in busy.values())
     assert total <= main.connections + scheduler.connections + workers.connections
     wait_for(lambda: counts(handle.uuid)["status"] == "completed", timeout=120)
@@ -157,6 +159,6 @@ def test_flask_workers_refuses_to_start_with_one_line_when_the_role_limit_has_no
 
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
-    assert "the consumers may hold 40 connections but the server allows 3 more" in line
+    assert "the consumers may hold 33 connections but the server allows 3 more" in line
     assert "role limit 3 - 0 in use" in line
     assert "starting" not in result.stderr + result.stdout  # no consumer was started

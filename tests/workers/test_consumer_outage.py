@@ -10,6 +10,7 @@ and the consumer's backends are terminated (``pg_terminate_backend``) again and 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from diagnostics.probe import VENDOR_TYPE
+from diagnostics.probe import TYPE, VENDOR_TYPE
 from extensions import db
 from harness import process_tree
 from taskrunner import runner
@@ -89,16 +90,49 @@ def test_a_consumer_backs_off_through_outages_says_so_once_each_and_every_unit_e
 ):
     consumer = outage_ctx.start("io", workers=6, worker_type="thread")
     handle = runner.start(VENDOR_TYPE, {"units": UNITS, "sleep_ms": 400}, "test")
+    ride_out_two_outages(outage_ctx, consumer, handle)
+
+    log = outage_ctx.log_of(consumer)
+    assert log.count(WARNING) == 2, log[-3000:]  # threads: one process, one per episode
+    assert log.count(RECOVERED) == 2
+
+
+def test_each_process_of_a_process_consumer_says_so_once_an_episode_and_every_unit_ends(
+    outage_ctx,
+):
+    consumer = outage_ctx.start("tasks", workers=2)
+    handle = runner.start(TYPE, {"units": UNITS, "sleep_ms": 200}, "test")
+    ride_out_two_outages(outage_ctx, consumer, handle)
+
+    said = Counter()
+    for line in outage_ctx.log_of(consumer).splitlines():
+        if "tasks.outages:" in line:
+            pid = line.split()[3]
+            said[(pid, "unavailable" if WARNING in line else "recovered")] += 1
+    pids = {pid for pid, _ in said}
+    assert pids  # the main process, its scheduler, its workers: each on its own
+    for pid in pids:
+        assert said[(pid, "unavailable")] <= 2
+        assert said[(pid, "unavailable")] == said[(pid, "recovered")], said
+
+
+def ride_out_two_outages(outage_ctx, consumer, handle) -> None:
+    """Two outages while a run runs; then every unit ends, and nothing was a traceback."""
     wait_for(lambda: report(handle.uuid)["units"]["completed"] >= 6, timeout=60)
 
-    for episode, seconds in enumerate((8, 4), start=1):
+    for seconds in (8, 4):
+        said = outage_ctx.log_of(consumer).count(WARNING)
         with database_refusing(consumer) as terminate:
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
                 time.sleep(1)
                 terminate()  # anything that got through is cut again
         wait_for(
-            lambda n=episode: outage_ctx.log_of(consumer).count(RECOVERED) == n,
+            lambda said=said: (
+                outage_ctx.log_of(consumer).count(WARNING) > said
+                and outage_ctx.log_of(consumer).count(RECOVERED)
+                == outage_ctx.log_of(consumer).count(WARNING)
+            ),
             timeout=60,
             message="the consumer recovering on its own",
         )
@@ -111,8 +145,5 @@ def test_a_consumer_backs_off_through_outages_says_so_once_each_and_every_unit_e
     final = report(handle.uuid)
     assert final["units"]["completed"] == UNITS, final["units"]
     assert consumer.poll() is None  # still serving
-
     log = outage_ctx.log_of(consumer)
-    assert log.count(WARNING) == 2, log[-3000:]
-    assert log.count(RECOVERED) == 2
     assert "Traceback" not in log, log[-3000:]
