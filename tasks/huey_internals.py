@@ -560,7 +560,8 @@ class SharedPostgresStorage(PostgresStorage):
 
     @property
     def shared(self) -> ProcessConnections:
-        key = (os.getpid(), repr(sorted(self.connection_params.items())) + (self.dsn or ""))
+        where = (self.dsn or "", self.application_name, sorted(self.connection_params.items()))
+        key = (os.getpid(), repr(where))
         with _PROCESS_CONNECTIONS_LOCK:
             found = _PROCESS_CONNECTIONS.get(key)
             if found is None:

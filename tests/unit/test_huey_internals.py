@@ -393,6 +393,44 @@ def test_threads_of_one_process_share_two_queue_connections_and_are_all_woken(sh
     assert second.pending_count() == 1
 
 
+def test_a_process_worker_waits_for_work_on_its_one_statement_connection(shared_postgres):
+    (first, _), connections = shared_postgres
+    echo = echo_task(first)
+    first.pending_count()
+    first.storage.shared.single = True  # what a process worker's startup hook sets
+    sender = os.fork()
+    if sender == 0:  # pragma: no cover - another process enqueues while the worker waits
+        time.sleep(0.3)
+        first.enqueue(echo.s(7))
+        os._exit(0)
+
+    task = first.dequeue()  # waits up to read_timeout (1 s) on its LISTEN: woken sooner
+    os.waitpid(sender, 0)
+
+    assert task is not None and task.args == (7,)
+    assert connections() == 1  # the worker's one connection (the sender's has gone)
+
+
+def test_an_idle_queue_connection_the_server_ended_is_replaced_before_its_next_use(
+    shared_postgres,
+):
+    import psycopg
+
+    (first, _), connections = shared_postgres
+    first.pending_count()
+    name = first.storage.application_name
+    dsn = first.storage.dsn
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE application_name LIKE %s",
+            [f"{name} %"],
+        )
+
+    assert first.pending_count() == 0  # no error for a session that ended while idle
+    assert connections() == 1
+
+
 def test_a_forked_process_opens_its_own_queue_connections(shared_postgres):
     (first, _), connections = shared_postgres
     first.pending_count()
