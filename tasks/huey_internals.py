@@ -558,15 +558,21 @@ class SharedPostgresStorage(PostgresStorage):
     def lock(self, _value: Any) -> None:
         pass  # Huey's own lock per storage: the shared connection has the process's one
 
+    _found: tuple[int, ProcessConnections] | None = None
+
     @property
     def shared(self) -> ProcessConnections:
+        found = self._found
+        if found is not None and found[0] == os.getpid():
+            return found[1]  # every statement asks: the lookup is made once a process
         where = (self.dsn or "", self.application_name, sorted(self.connection_params.items()))
         key = (os.getpid(), repr(where))
         with _PROCESS_CONNECTIONS_LOCK:
-            found = _PROCESS_CONNECTIONS.get(key)
-            if found is None:
-                found = _PROCESS_CONNECTIONS[key] = ProcessConnections(self._connect)
-        return found
+            shared = _PROCESS_CONNECTIONS.get(key)
+            if shared is None:
+                shared = _PROCESS_CONNECTIONS[key] = ProcessConnections(self._connect)
+        self._found = (os.getpid(), shared)
+        return shared
 
     def _connect(self) -> Any:
         conn = psycopg.connect(
