@@ -10,7 +10,7 @@ from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from config import Config, instance_path, read_secret_key
-from database import bind_clock, configure_engine, engine_options
+from database import bind_clock, configure_engine, engine_options, name_connections
 from extensions import csrf, db, login_manager, migrate
 from startup import EntryCommands
 
@@ -57,6 +57,7 @@ def register_extensions(app: Flask) -> None:
     db.init_app(app)
     with app.app_context():
         configure_engine(db.engine)
+        name_connections(db.engine, app.config["DATABASE_APPLICATION_NAME"])
     bind_clock(app)
     migrate.init_app(app, db, directory=str(app.root_path + "/migrations"))
     login_manager.init_app(app)

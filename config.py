@@ -144,6 +144,10 @@ class Config:
         self.NETWORK_DEAD_PEER_SECONDS = _int("NETWORK_DEAD_PEER_SECONDS", 60)
         # database.engine_options adds hide_parameters: bound values never reach a message.
         self.SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
+        # How this process names its PostgreSQL connections (with its pid, and "ledger" or
+        # "queue"): pg_stat_activity's application_name. Consumers call themselves
+        # "taskledger-consumer" (tasks.budget).
+        self.DATABASE_APPLICATION_NAME = env.get("DATABASE_APPLICATION_NAME", "taskledger")
         # Development serves plain http on 127.0.0.1 (``make run`` sets it); everywhere
         # else cookies are Secure and HSTS is sent.
         self.DEVELOPMENT = env.get("TASKLEDGER_ENV", "production") == "development"

@@ -10,6 +10,7 @@ off so that SQLAlchemy's ``begin`` event decides which BEGIN is sent.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -90,7 +91,7 @@ class DatabaseClock:
     RETRY_SECONDS = 2.0
 
     def __init__(self, url: Any, options: Mapping[str, Any]) -> None:
-        self._engine = create_engine(url, poolclass=NullPool, **options)
+        self.engine = create_engine(url, poolclass=NullPool, **options)
         self._lock = threading.Lock()
         # (the server's time, the monotonic moment it was read at): one attribute, so a
         # thread never pairs a new reading with an old moment.
@@ -113,7 +114,7 @@ class DatabaseClock:
     def _read(self) -> None:
         try:
             sent = time.monotonic()
-            with self._engine.connect() as conn:
+            with self.engine.connect() as conn:
                 server = conn.execute(text(SERVER_CLOCK)).scalar_one()
             received = time.monotonic()
         except Exception as exc:
@@ -146,7 +147,11 @@ def bind_clock(app: Flask) -> None:
         options = app.config["SQLALCHEMY_ENGINE_OPTIONS"]
         # The connection settings only: pool sizes mean nothing to a connection of its own.
         only = {k: options[k] for k in ("connect_args", "hide_parameters") if k in options}
-        clock = _clocks.get(uri) or _clocks.setdefault(uri, DatabaseClock(uri, only))
+        clock = _clocks.get(uri)
+        if clock is None:
+            clock = _clocks.setdefault(uri, DatabaseClock(uri, only))
+            # Its own short connection every 30 s, named apart from the ledger's pool.
+            name_connections(clock.engine, app.config["DATABASE_APPLICATION_NAME"], "clock")
     app.extensions[CLOCK] = clock
     _last_bound = clock
 
@@ -210,6 +215,18 @@ def engine_options(config: Mapping[str, Any]) -> dict[str, Any]:
             **options.get("connect_args", {}),
         }
     return options
+
+
+def name_connections(engine: Engine, name: str, role: str = "ledger") -> None:
+    """Name each PostgreSQL connection of ``engine`` after this process when it is made
+    (``application_name``: ``name``, the pid, ``role``), so ``pg_stat_activity`` tells
+    which process holds what; the pid is read at connect time, after any fork."""
+    if engine.dialect.name != "postgresql":
+        return
+
+    @event.listens_for(engine, "do_connect")
+    def _named(_dialect, _record, _cargs, cparams):
+        cparams["application_name"] = f"{name} {os.getpid()} {role}"[:63]
 
 
 def configure_engine(engine: Engine) -> None:

@@ -148,7 +148,7 @@ class Cluster:
             [str(bin_dir / "postgres"), "-D", str(data), "-p", str(PG_PORT),
              "-c", f"listen_addresses={self.db.address}",
              "-c", f"unix_socket_directories={data}",
-             "-c", "max_connections=400", "-c", "shared_buffers=64MB",
+             "-c", "max_connections=100", "-c", "shared_buffers=64MB",
              "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
             self._env(),
             self.folder / "logs" / "db-postgres.log",

@@ -12,7 +12,7 @@ import click
 from flask.cli import AppGroup
 
 from database import database_outage, iso
-from taskrunner import delivery, operations, runner
+from taskrunner import delivery, dispatch, operations, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
@@ -25,6 +25,17 @@ events_cli = AppGroup("events", help="The event catalog, and deliveries parked b
 def refuse(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
+
+
+def warn_if_unread(type_: str) -> None:
+    """A SQLite queue file no consumer reads: say where the jobs wait (stderr)."""
+    unread = dispatch.unread_queue_file(type_)
+    if unread is not None:
+        click.echo(
+            f"warning: no consumer has read the queue file {unread} lately: the jobs wait"
+            " there until one does (start or restart the consumers: flask workers)",
+            err=True,
+        )
 
 
 def _context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
@@ -54,6 +65,7 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
             raise  # no run was written: the command line names the outage (startup)
         refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
+    warn_if_unread(type_)
     if wait:
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
@@ -152,6 +164,8 @@ def retry_command(
     except Exception as exc:
         refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"re-dispatched {plural(count, 'unit')} of run {run_uuid}")
+    if count:
+        warn_if_unread(ledger.runs.get_run(run_uuid).type)
 
 
 @tasks_cli.command("pause")
@@ -176,6 +190,8 @@ def resume_command(type_: str) -> None:
     except Exception as exc:
         refuse(f"dispatch failed: {redact(exc)}")
     click.echo(f"task type {type_} resumed: {plural(count, 'waiting unit')} dispatched")
+    if count:
+        warn_if_unread(type_)
 
 
 @tasks_cli.command("cancel")

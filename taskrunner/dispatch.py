@@ -9,6 +9,7 @@ console's queues page all ask it.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from flask import current_app
@@ -102,3 +103,9 @@ def revoke(units: list[tuple[int, str]], type_: str) -> None:
     huey = queues().huey(queue_of(type_))
     for unit_id, token in units:
         huey.revoke_by_id(task_id(unit_id, token))
+
+
+def unread_queue_file(type_: str) -> Path | None:
+    """The SQLite queue file a type's jobs were just sent to, when no consumer reads it
+    (``Queues.unread_file``): the CLI says so rather than report work nobody will see."""
+    return queues().unread_file(queue_of(type_))

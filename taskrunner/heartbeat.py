@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from flask import Flask, current_app
 
 from taskrunner.ledger import ledger
+from tasks import outages
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,14 @@ class Heartbeat:
             try:
                 with app.app_context():
                     ledger.transitions.heartbeat(units)
-            except Exception:
-                logger.exception("Heartbeat of %d units failed", len(units))
+            except Exception as exc:
+                outage = outages.outage_of(exc)
+                if outage is None:
+                    logger.exception("Heartbeat of %d units failed", len(units))
+                else:
+                    outages.episode.failed(outage, "the units' heartbeat")
+            else:
+                outages.episode.succeeded()
 
 
 heartbeat = Heartbeat()

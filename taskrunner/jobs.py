@@ -24,7 +24,7 @@ from huey.exceptions import RetryTask, TaskTimeout
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from database import epoch
+from database import Outage, epoch
 from extensions import db
 from taskrunner import tenant_scope
 from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_of
@@ -34,6 +34,7 @@ from taskrunner.redaction import redact, store_reason
 from taskrunner.registry import registry
 from taskrunner.soft_timeout import soft_timeouts
 from taskrunner.types import TaskDefinition
+from tasks import outages
 from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
 from tasks.routing import job
@@ -52,16 +53,18 @@ T = TypeVar("T")
 def gate(what: str, statement: Callable[[], T]) -> T:
     """A job's claim on its work: ``statement`` (one write transaction), retried at once
     after a lost connection, else the job goes back to the queue a little later -- never
-    dropped with its work waiting for it."""
+    dropped with its work waiting for it. During an outage the job waits longer each
+    time (the process's back-off, ``tasks.outages``), and the outage is said once."""
+    pause_after = 0.0
     for pause in GATE_PAUSES:
         if pause:
             time.sleep(pause)  # even a zero sleep yields the processor: not on every unit
         try:
-            return statement()
-        except PoolTimeout:
+            claimed = statement()
+        except PoolTimeout as exc:
             # Every connection of the pool busy for its whole timeout: the job goes back to
             # the queue like after a lost connection, never dropped with its unit pending.
-            logger.warning("Gate of %s found no free database connection", what)
+            pause_after = outages.episode.failed(outage_of(exc), f"the gate of {what}")
             break
         except DBAPIError as exc:
             raise_if_stopping(exc)  # a stop that landed in the gate's statement
@@ -69,9 +72,16 @@ def gate(what: str, statement: Callable[[], T]) -> T:
                 isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated
             ):
                 raise
-            logger.warning("Gate of %s met a database error: %s", what, type(exc).__name__)
             db.session.rollback()  # a session read that failed is unusable until rolled back
-    raise RetryTask(f"gate of {what} unreachable", delay=GATE_REQUEUE_SECONDS)
+            pause_after = outages.episode.failed(outage_of(exc), f"the gate of {what}")
+        else:
+            outages.episode.succeeded()
+            return claimed
+    raise RetryTask(f"gate of {what} unreachable", delay=max(GATE_REQUEUE_SECONDS, pause_after))
+
+
+def outage_of(exc: BaseException) -> Outage:
+    return outages.outage_of(exc) or Outage("the database failed", type(exc).__name__)
 
 
 def contained(work: Callable[[], T], what: str, timed_out: str) -> tuple[T | None, str | None]:
@@ -147,7 +157,11 @@ def run_unit(
     if claim is None:
         return  # redelivered, duplicated, superseded or cancelled: not ours
     reason = _run_contained(claim)
-    if _settle(claim, reason) is None:
+    # The work is done: its outcome waits for the database rather than being lost.
+    settled = outages.patiently(
+        lambda: _settle_afresh(claim, reason), f"recording {what}'s outcome", time.sleep
+    )
+    if settled is None:
         # Retried or handed back while this job ran (a partitioned or slow worker): the
         # unit belongs to a newer dispatch, and this outcome is not recorded.
         logger.warning(
@@ -156,6 +170,16 @@ def run_unit(
             claim.run.uuid,
             "completed" if reason is None else "failed",
         )
+
+
+def _settle_afresh(claim: Claim, reason: str | None) -> bool | None:
+    """``_settle``, its session rolled back when the database failed under it (the next
+    attempt starts clean)."""
+    try:
+        return _settle(claim, reason)
+    except DBAPIError:
+        db.session.rollback()
+        raise
 
 
 def _settle(claim: Claim, reason: str | None) -> bool | None:

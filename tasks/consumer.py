@@ -10,6 +10,7 @@ import os
 
 from app import create_app
 from security.logs import configure_logging
+from tasks.budget import consumer_config
 from tasks.huey_internals import check_periodic_every
 
 # Every record of this process and of its worker processes is scrubbed; our modules
@@ -17,7 +18,8 @@ from tasks.huey_internals import check_periodic_every
 configure_logging(os.environ.get("LOG_FILE") or "-", os.environ.get("LOG_LEVEL", "INFO"))
 logging.getLogger("huey").propagate = False
 
-app = create_app()
+# A bounded ledger pool that every thread of the process shares (tasks.budget).
+app = create_app(consumer_config())
 _queues = app.extensions["queues"]
 # Huey's scheduler checks the periodic schedules once a minute; shorter periods (a test
 # that sweeps every few seconds) need it to look as often as the shortest one.

@@ -14,33 +14,51 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
 - ``check_periodic_every``: a scheduler checks the periodic schedules every
   ``Scheduler.periodic_task_seconds``;
 - ``ObservedConsumer``: ``Consumer.run`` calls ``start`` once its workers may start, and
-  returns (or raises) when the consumer stops;
+  returns (or raises) when the consumer stops; it makes its workers and its scheduler
+  from ``worker_class`` and ``scheduler_class`` (``PatientWorker``, ``PatientScheduler``:
+  the loops of ``Worker`` and ``Scheduler``, their ``stop_flag``, ``sleep`` and timing);
 - the stop signal (``STOP_HANDLER_MODULES``, ``watch_stop_signal``, ``tasks_in_flight``):
   the SIGTERM handler a process worker gets (``ProcessEnvironment.init_child``) is a
   function of ``huey.consumer``, installed before the worker's startup hooks run, and
   interrupts only a worker whose ``Huey._tasks_in_flight`` is not empty;
 - the lean consumer (``LeanConsumer``): the loops of ``Worker`` and ``Scheduler``, and
   how ``Consumer`` makes, checks and times out its processes;
-- the result store's key names (``REVOKE_PREFIX``, ``rate_limit_windows``, ``lock_prefix``).
+- the result store's key names (``REVOKE_PREFIX``, ``rate_limit_windows``, ``lock_prefix``);
+- ``SharedPostgresStorage``: ``PostgresStorage`` runs every statement through ``db()``
+  under its ``lock`` on ``conn``, waits for work in ``dequeue`` with ``_dequeue``,
+  ``blocking``, ``read_timeout`` and ``channel``, and connects with ``dsn`` and
+  ``connection_params``;
+- ``WatchedSqliteStorage``: ``SqliteStorage`` reaches its connection through ``conn``
+  (``_conn``, ``_create_connection``, ``ddl``, ``filename``).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+import os
+import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Protocol
 
+import psycopg
 from huey import Huey
 from huey.api import PeriodicTask, Task
 from huey.consumer import Consumer, ProcessEnvironment, Scheduler, Worker
 from huey.signals import SIGNAL_ENQUEUED
-from huey.storage import RedisStorage
+from huey.storage import PostgresStorage, RedisStorage, SqliteStorage
+from psycopg import sql
 
 from database import clock_offset
+from tasks import outages
+
+logger = logging.getLogger(__name__)
+
 
 # Where the handlers live that raise a worker's stop: Huey's, and the lean lanes' (here).
 STOP_HANDLER_MODULES = ("huey.consumer", __name__)
@@ -151,10 +169,53 @@ class Watcher(Protocol):
     def stop(self) -> None: ...
 
 
+class PatientWorker(Worker):
+    """Huey's worker that backs off while the queue's server is unreachable (``outages``):
+    one warning per episode instead of a traceback per attempt."""
+
+    def _read(self, huey: Huey) -> Task | None:
+        """The next task of ``huey``, or None (an empty queue, an outage waited out, or an
+        error logged)."""
+        try:
+            task = huey.dequeue()
+        except Exception as exc:
+            outage = outages.outage_of(exc)
+            if outage is None:
+                self._logger.exception("Error reading from queue %s", huey.name)
+                return None
+            self.stop_flag.wait(outages.episode.failed(outage, f"reading queue {huey.name}"))
+            return None
+        outages.episode.succeeded()
+        return task
+
+    def loop(self, now: Any = None) -> None:
+        task = self._read(self.huey)
+        if task is None:
+            if not self.huey.storage.blocking:
+                self.sleep()
+            return
+        self.delay = self.default_delay
+        self._execute(self.huey, task, now)
+
+    def _execute(self, huey: Huey, task: Task, now: Any) -> None:
+        try:
+            huey.execute(task, now)
+        except Exception as exc:
+            # The job ran (its outcome is the ledger's); what failed is Huey's bookkeeping
+            # around it in the queue's storage (its revoke key, a retry's schedule).
+            outage = outages.outage_of(exc)
+            if outage is None:
+                self._logger.exception("Unhandled error during execution of task %s.", task.id)
+                return
+            self.stop_flag.wait(outages.episode.failed(outage, f"after task {task.id}"))
+
+
 class ObservedConsumer(Consumer):
-    """Huey's consumer that tells its ``watcher`` when it has started and when it stops."""
+    """Huey's consumer that tells its ``watcher`` when it has started and when it stops,
+    and whose worker and scheduler back off during an outage."""
 
     watcher: Watcher | None = None
+    worker_class = PatientWorker
 
     def start(self) -> None:
         super().start()
@@ -172,7 +233,7 @@ class ObservedConsumer(Consumer):
 # -- the lean consumer: one process worker per lane of queues -------------------------
 
 
-class LaneWorker(Worker):
+class LaneWorker(PatientWorker):
     """One worker process that takes tasks from several queues, round robin."""
 
     process_name = "LaneWorker"
@@ -200,20 +261,13 @@ class LaneWorker(Worker):
         for offset in range(len(self.hueys)):
             index = (self._next + offset) % len(self.hueys)
             huey = self.hueys[index]
-            try:
-                task = huey.dequeue()
-            except Exception:
-                self._logger.exception("Error reading from queue %s", huey.name)
-                continue
+            task = self._read(huey)
             if task is None:
                 continue
             # The next pass starts after this queue, so no queue of the lane starves.
             self._next = (index + 1) % len(self.hueys)
             self.delay = self.default_delay
-            try:
-                huey.execute(task, now)
-            except Exception:
-                self._logger.exception("Unhandled error during execution of task %s.", task.id)
+            self._execute(huey, task, now)
             return
         if not any(huey.storage.blocking for huey in self.hueys):
             self.sleep()
@@ -239,9 +293,17 @@ class LaneScheduler(Scheduler):
         for huey in self.hueys:
             try:
                 due = huey.read_schedule(now)
-            except Exception:
-                self._logger.exception("Error reading schedule of %s.", huey.name)
-                continue
+            except Exception as exc:
+                outage = outages.outage_of(exc)
+                if outage is None:
+                    self._logger.exception("Error reading schedule of %s.", huey.name)
+                    continue
+                # The next loop is due after the pause: the schedule waits, nothing is lost.
+                pause = outages.episode.failed(outage, f"reading the schedule of {huey.name}")
+                self._next_loop = time.monotonic() + pause
+                self.stop_flag.wait(pause)
+                return
+            outages.episode.succeeded()
             for task in due:
                 try:
                     huey.enqueue(task)
@@ -252,6 +314,16 @@ class LaneScheduler(Scheduler):
                 self._next_periodic += self.periodic_task_seconds
             self.enqueue_periodic_tasks(now)
         self.sleep_for_interval(current, self.interval)
+
+
+class PatientScheduler(LaneScheduler):
+    """Huey's scheduler of one queue, backing off during an outage like the lean one."""
+
+    def __init__(self, huey: Huey, stop_flag: Any, interval: int, periodic: bool) -> None:
+        super().__init__([huey], stop_flag, interval, huey if periodic else None)
+
+
+ObservedConsumer.scheduler_class = PatientScheduler
 
 
 class LaneEnvironment(ProcessEnvironment):
@@ -322,3 +394,325 @@ class LeanConsumer(ObservedConsumer):
             self.scheduler = self._create_process(self._create_scheduler(), "Scheduler")
             self.scheduler.start()
         return healthy
+
+
+# -- the PostgreSQL queue: two connections a process, whatever its threads ------------
+
+
+class ProcessConnections:
+    """One process's two connections to the queue's PostgreSQL, shared by every queue
+    and thread of it: one for statements (taken under ``lock``), one that LISTENs.
+
+    Huey's storage keeps a statement connection per queue and a LISTEN connection per
+    thread: 32 threads of the io lane held 33 connections idle. Here one thread at a
+    time waits on the LISTEN connection; the others wait to be woken by it, and every
+    woken thread tries the queue (a notification may have been for another queue: the
+    try finds nothing and the thread waits again, as Huey's own threads do).
+
+    A process whose one thread is all that uses the queue (a process worker: ``single``)
+    LISTENs on its statement connection, under its lock, and holds one connection.
+    """
+
+    single = False
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self.connect = connect
+        self.lock = threading.Lock()
+        self.statements: Any = None
+        self._listen_lock = threading.Lock()
+        self._listener: Any = None
+        self._channels: set[str] = set()
+        self._woken = threading.Condition()
+
+    def statement_conn(self) -> Any:
+        """The statement connection (the caller holds ``lock``), made again when broken --
+        or when the server ended its session while it was idle: a backend terminated
+        between two statements says so at once, and the next statement need not fail."""
+        if self.statements is not None and (
+            self.statements.closed or self.statements.broken or _dropped(self.statements)
+        ):
+            _close_quietly(self.statements)
+            self.statements = None
+        if self.statements is None:
+            self.statements = self.connect()
+        return self.statements
+
+    def wait(self, channel: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a notification; whether one came (to anyone)."""
+        if self.single:
+            with self.lock:
+                return self._listen_on_statements(channel, timeout)
+        if not self._listen_lock.acquire(blocking=False):
+            with self._woken:
+                return self._woken.wait(timeout)
+        try:
+            heard = self._listen(channel, timeout)
+        finally:
+            self._listen_lock.release()
+        if heard:
+            with self._woken:
+                self._woken.notify_all()
+        return heard
+
+    def _listen(self, channel: str, timeout: float) -> bool:
+        for fresh in (False, True):
+            kept = self._listener is not None
+            try:
+                conn = self._listening(channel)
+                return bool(list(conn.notifies(timeout=timeout, stop_after=1)))
+            except Exception:
+                _close_quietly(self._listener)
+                self._listener = None
+                # A kept connection the server dropped while it was idle (an outage since
+                # ended) is replaced once at once; a fresh one that fails is an outage.
+                if fresh or not kept:
+                    raise
+        return False
+
+    def _listen_on_statements(self, channel: str, timeout: float) -> bool:
+        for fresh in (False, True):
+            kept = self.statements is not None
+            try:
+                conn = self.statement_conn()
+                if conn is not self._listener:
+                    self._listener, self._channels = conn, set()
+                if channel not in self._channels:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self._channels.add(channel)
+                return bool(list(conn.notifies(timeout=timeout, stop_after=1)))
+            except Exception:
+                _close_quietly(self.statements)
+                self.statements = self._listener = None
+                if fresh or not kept:  # as in ``_listen``: a kept one is replaced once
+                    raise
+        return False
+
+    def _listening(self, channel: str) -> Any:
+        if self._listener is not None and (self._listener.closed or self._listener.broken):
+            _close_quietly(self._listener)
+            self._listener = None
+        if self._listener is None:
+            self._listener = self.connect()
+            self._channels = set()
+        if channel not in self._channels:
+            self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            self._channels.add(channel)
+        return self._listener
+
+    def close(self) -> None:
+        with self.lock:
+            _close_quietly(self.statements)
+            self.statements = None
+        with self._listen_lock:
+            _close_quietly(self._listener)
+            self._listener = None
+
+
+def use_one_queue_connection(huey: Huey) -> None:
+    """A worker's startup hook: a process worker (its hooks run on the main thread; a
+    thread worker's on its own thread) waits on its statement connection."""
+    storage = huey.storage
+    if isinstance(storage, SharedPostgresStorage) and (
+        threading.current_thread() is threading.main_thread()
+    ):
+        storage.shared.single = True
+
+
+def _dropped(conn: Any) -> bool:
+    """Whether the server ended an idle connection's session: the only other thing it
+    sends unasked is a notification, to a connection that LISTENs. Read here, that one is
+    dropped: the worker about to use the connection reads the queue anyway."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        if not readable:
+            return False
+        conn.pgconn.consume_input()
+    except Exception:  # closed, or the read failed: the session is over
+        return True
+    heard = False
+    while conn.pgconn.notifies() is not None:
+        heard = True
+    return not heard or conn.pgconn.status != psycopg.pq.ConnStatus.OK
+
+
+def _close_quietly(conn: Any) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # a broken connection is simply let go
+            pass
+
+
+_PROCESS_CONNECTIONS: dict[tuple[int, str], ProcessConnections] = {}
+_PROCESS_CONNECTIONS_LOCK = threading.Lock()
+
+
+class SharedPostgresStorage(PostgresStorage):
+    """Huey's PostgreSQL storage on its process's ``ProcessConnections`` (per pid: a forked
+    worker opens its own and never touches its parent's). ``application_name`` names
+    the process, so ``pg_stat_activity`` shows what each one holds."""
+
+    def __init__(self, *args: Any, application_name: str = "taskledger", **kwargs: Any) -> None:
+        self.application_name = application_name
+        super().__init__(*args, **kwargs)
+
+    @property  # type: ignore[override]
+    def lock(self) -> Any:
+        return self.shared.lock
+
+    @lock.setter
+    def lock(self, _value: Any) -> None:
+        pass  # Huey's own lock per storage: the shared connection has the process's one
+
+    _found: tuple[int, ProcessConnections] | None = None
+
+    @property
+    def shared(self) -> ProcessConnections:
+        found = self._found
+        if found is not None and found[0] == os.getpid():
+            return found[1]  # every statement asks: the lookup is made once a process
+        where = (self.dsn or "", self.application_name, sorted(self.connection_params.items()))
+        key = (os.getpid(), repr(where))
+        with _PROCESS_CONNECTIONS_LOCK:
+            shared = _PROCESS_CONNECTIONS.get(key)
+            if shared is None:
+                shared = _PROCESS_CONNECTIONS[key] = ProcessConnections(self._connect)
+        self._found = (os.getpid(), shared)
+        return shared
+
+    def _connect(self) -> Any:
+        conn = psycopg.connect(
+            self.dsn or "",
+            **{**self.connection_params, "application_name": self.application_name_now()},
+        )
+        conn.autocommit = True
+        return conn
+
+    def application_name_now(self) -> str:
+        return f"{self.application_name} {os.getpid()} queue"[:63]
+
+    @property
+    def conn(self) -> Any:
+        return self.shared.statement_conn()
+
+    @contextmanager
+    def db(self, commit: bool = False, close: bool = False) -> Iterator[Any]:
+        shared = self.shared
+        with shared.lock:
+            conn = shared.statement_conn()
+            cursor = conn.cursor()
+            try:
+                if commit:
+                    cursor.execute(self.begin_sql)
+                yield cursor
+            except Exception:
+                if commit:
+                    _rollback_quietly(conn)
+                raise
+            else:
+                if commit:
+                    conn.commit()
+            finally:
+                cursor.close()
+                if close:
+                    _close_quietly(conn)
+                    shared.statements = None
+
+    def close(self) -> bool:
+        self.shared.close()
+        return True
+
+    def dequeue(self) -> Any:
+        data = self._dequeue()
+        if data is not None or not self.blocking:
+            return data
+        deadline = time.monotonic() + self.read_timeout
+        while True:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0 or not self.shared.wait(self.channel, timeout):
+                return None
+            data = self._dequeue()
+            if data is not None:
+                return data  # otherwise another worker won, or it was another queue's
+
+
+def _rollback_quietly(conn: Any) -> None:
+    try:
+        conn.rollback()
+    except Exception:  # the connection broke: the next statement makes a new one
+        pass
+
+
+# -- the SQLite queue: a file replaced under running consumers --------------------------
+
+
+class WatchedSqliteStorage(SqliteStorage):
+    """Huey's SQLite storage that notices its file was replaced under it.
+
+    An open SQLite connection keeps the file it opened: deleted (and made anew by the
+    next process that opens the path) or truncated, the consumer would go on reading a
+    file nobody writes to, while the CLI writes to one nobody reads. Before every use of
+    its connection (each wake-up of a worker reads the queue through it) the storage
+    compares the path's inode with the one it opened, and its size with zero; when they
+    differ it closes the connection and opens the path again, with Huey's tables.
+    """
+
+    _opened: tuple[int, int] | None = None
+
+    @property
+    def conn(self) -> Any:
+        if self._conn is not None and self._replaced():
+            logger.warning(
+                "Queue file %s was replaced (deleted or truncated): reopening it", self.filename
+            )
+            _close_quietly(self._conn)
+            self._conn = None
+        if self._conn is None:
+            conn = self._create_connection()
+            for ddl in self.ddl:  # a new file has none of Huey's tables yet
+                conn.execute(ddl)
+            self._conn = conn
+            self._opened = _identity(self.filename)
+        return self._conn
+
+    def _replaced(self) -> bool:
+        now = _identity(self.filename)
+        return now is None or now != self._opened or os.stat(self.filename).st_size == 0
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (found.st_dev, found.st_ino)
+
+
+READER_PREFIX = "reader."
+READER_RETENTION_SECONDS = 3600
+
+
+def mark_reader(huey: Huey, reader: str, now: float) -> None:
+    """Note in a SQLite queue's own file that ``reader`` reads it now (its key-value
+    table), and forget readers silent for an hour: the CLI asks the file it writes to
+    whether anyone reads it (``last_read``)."""
+    storage = huey.storage
+    if not isinstance(storage, WatchedSqliteStorage):
+        return
+    storage.put_data(READER_PREFIX + reader, repr(now).encode())
+    storage.sql(
+        "delete from kv where queue = ? and key like ? and cast(value as real) < ?",
+        (storage.name, READER_PREFIX + "%", now - READER_RETENTION_SECONDS),
+        commit=True,
+    )
+
+
+def last_read(huey: Huey) -> float | None:
+    """When a consumer last said it reads this SQLite queue's file (None: never)."""
+    storage = huey.storage
+    rows = storage.sql(
+        "select max(cast(value as real)) from kv where queue = ? and key like ?",
+        (storage.name, READER_PREFIX + "%"),
+        results=True,
+    )
+    return rows[0][0] if rows else None

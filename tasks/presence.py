@@ -12,8 +12,9 @@ beating, is shown as lost after three beats, and is forgotten after
 ``CONSUMER_RETENTION_MINUTES`` by the next beat of any consumer.
 
 The row lives in the ledger's database, so it works with every queue driver and
-any number of hosts. The heartbeat thread uses its own engine without a pool: a
-worker the consumer forks again after a crash must not inherit an open connection.
+any number of hosts. The heartbeat thread of a consumer of process workers uses its
+own engine without a pool: a worker the consumer forks again after a crash must not
+inherit an open connection. Thread workers fork nothing, and share one bounded pool.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.pool import NullPool
 
-from database import configure_engine, engine_options, utcnow
+from database import configure_engine, engine_options, name_connections, utcnow
 from extensions import db
-from tasks.huey_internals import ObservedConsumer
+from tasks import outages
+from tasks.huey_internals import ObservedConsumer, mark_reader
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +176,13 @@ class Presence:
     """One consumer's row: registered at start, beaten by a thread, deleted at stop."""
 
     def __init__(
-        self, app: Flask, queues: list[str], worker_type: str, workers: int, board: Board
+        self,
+        app: Flask,
+        queues: list[str],
+        worker_type: str,
+        workers: int,
+        board: Board,
+        hueys: Iterable[Huey] = (),
     ) -> None:
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -184,9 +192,13 @@ class Presence:
         self.worker_type = worker_type
         self.workers = workers
         self.board = board
+        self.hueys = list(hueys)
         self.interval = float(app.config["CONSUMER_HEARTBEAT_SECONDS"])
         self.retention = timedelta(minutes=app.config["CONSUMER_RETENTION_MINUTES"])
-        self.engine = _engine(app)
+        # Thread (or greenlet) workers share their process's bounded pool: the heartbeat
+        # takes its turn in it rather than holding one connection more (tasks.budget).
+        self.owns_engine = worker_type == "process"
+        self.engine = _engine(app) if self.owns_engine else _app_engine(app)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._forgot_at: datetime | None = None
@@ -203,11 +215,20 @@ class Presence:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        pause = self.interval
+        while not self._stop.wait(pause):
+            pause = self.interval
             try:
                 self.beat()
-            except Exception:
-                logger.exception("Heartbeat of consumer %s failed", self.id)
+            except Exception as exc:
+                outage = outages.outage_of(exc)
+                if outage is None:
+                    logger.exception("Heartbeat of consumer %s failed", self.id)
+                    continue
+                # Each beat of an outage is one failed attempt: said once, then backed off.
+                pause = max(pause, outages.episode.failed(outage, "the consumer's heartbeat"))
+            else:
+                outages.episode.succeeded()
 
     def beat(self) -> None:
         self.board.forget_dead()
@@ -238,6 +259,9 @@ class Presence:
                 conn.execute(delete(table).where(table.c.heartbeat_at < now - self.retention))
         if forget:
             self._forgot_at = now
+        for huey in self.hueys:
+            # A SQLite queue's file says who reads it: the CLI asks before it trusts it.
+            mark_reader(huey, self.id, time.time())
 
     def stop(self) -> None:
         self._stop.set()
@@ -247,15 +271,23 @@ class Presence:
                 conn.execute(delete(table).where(table.c.id == self.id))
         except Exception:
             logger.exception("Consumer %s could not remove its row", self.id)
-        self.engine.dispose()
+        if self.owns_engine:
+            self.engine.dispose()
 
 
 def _engine(app: Flask) -> Engine:
     options = engine_options(app.config)
-    options.pop("pool_pre_ping", None)
+    for pooling in ("pool_pre_ping", "pool_size", "max_overflow", "pool_timeout"):
+        options.pop(pooling, None)
     engine = create_engine(app.config["SQLALCHEMY_DATABASE_URI"], poolclass=NullPool, **options)
     configure_engine(engine)
+    name_connections(engine, app.config["DATABASE_APPLICATION_NAME"])
     return engine
+
+
+def _app_engine(app: Flask) -> Engine:
+    with app.app_context():
+        return db.engine
 
 
 def watch(hueys: Iterable[Huey], board: Board) -> None:
@@ -271,7 +303,12 @@ def present(app: Flask, hueys: list[Huey], worker_type: str, workers: int) -> Pr
     board = Board(max(2, 2 * workers))
     watch(hueys, board)
     return Presence(
-        app, [h.name.removeprefix("taskledger.") for h in hueys], worker_type, workers, board
+        app,
+        [h.name.removeprefix("taskledger.") for h in hueys],
+        worker_type,
+        workers,
+        board,
+        hueys,
     )
 
 

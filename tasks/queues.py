@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,15 @@ from redis import ConnectionPool
 from database import postgres_connect_args
 from security.files import private_file
 from tasks import presence
-from tasks.huey_internals import SlottedPeriodicTask, serve_with, watch_stop_signal
+from tasks.huey_internals import (
+    SharedPostgresStorage,
+    SlottedPeriodicTask,
+    WatchedSqliteStorage,
+    last_read,
+    serve_with,
+    use_one_queue_connection,
+    watch_stop_signal,
+)
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
 from tasks.schedules import DueSlots, tick_seconds
 from tasks.slots import keeper, worker_identity
@@ -47,16 +56,39 @@ def _make_huey(app: Flask, queue: str) -> Huey:
     if app.config.get("QUEUE_IMMEDIATE"):
         return Huey(name, immediate=True, **common)
     if driver == "sqlite":
-        filename = private_file(Path(app.config["QUEUE_SQLITE_PATH"]))
-        return SqliteHuey(name, filename=str(filename), timeout=30, **common)
+        filename = private_file(sqlite_queue_path(app))
+        # A file replaced under a running consumer is noticed and reopened.
+        return SqliteHuey(
+            name,
+            storage_class=WatchedSqliteStorage,
+            filename=str(filename),
+            timeout=30,
+            **common,
+        )
     if driver == "redis":
         return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":
-        dsn = app.config.get("QUEUE_POSTGRES_DSN") or _libpq_dsn(
+        dsn = app.config.get("QUEUE_POSTGRES_DSN") or libpq_dsn(
             app.config["SQLALCHEMY_DATABASE_URI"]
         )
-        return PostgresHuey(name, dsn=dsn, **common, **postgres_connect_args(app.config))
+        # Two connections a process, whatever its threads or queues (tasks.budget).
+        return PostgresHuey(
+            name,
+            storage_class=SharedPostgresStorage,
+            dsn=dsn,
+            application_name=app.config["DATABASE_APPLICATION_NAME"],
+            **common,
+            **postgres_connect_args(app.config),
+        )
     raise QueueConfigError(f"QUEUE_DRIVER must be sqlite, redis or postgres, not {driver!r}")
+
+
+def sqlite_queue_path(app: Flask) -> Path:
+    """The SQLite queue's file: ``QUEUE_SQLITE_PATH``, a relative one inside the instance
+    folder -- never the working directory, which differs between the CLI of an operator's
+    shell and the consumers of a service, and would give each a file of its own."""
+    path = Path(app.config["QUEUE_SQLITE_PATH"]).expanduser()
+    return path if path.is_absolute() else Path(app.instance_path) / path
 
 
 def _redis_pool(app: Flask) -> ConnectionPool:
@@ -77,7 +109,7 @@ def _redis_pool(app: Flask) -> ConnectionPool:
     return pool
 
 
-def _libpq_dsn(url: str) -> str:
+def libpq_dsn(url: str) -> str:
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql://" + url[len(prefix) :]
@@ -104,6 +136,18 @@ class Queues:
     def all(self) -> dict[str, Huey]:
         return {name: self.huey(name) for name in QUEUE_NAMES}
 
+    def unread_file(self, queue: str) -> Path | None:
+        """The SQLite queue's file when no consumer of ``queue``'s file said it read it
+        within three heartbeats (what it was sent waits there until one does); None when
+        one did, or off SQLite."""
+        if self.app.config["QUEUE_DRIVER"] != "sqlite" or self.app.config.get("QUEUE_IMMEDIATE"):
+            return None
+        last = last_read(self.huey(queue))
+        window = 3 * float(self.app.config["CONSUMER_HEARTBEAT_SECONDS"])
+        if last is not None and time.time() - last <= window:
+            return None
+        return sqlite_queue_path(self.app)
+
     def task(self, job_name: str, queue: str | None = None) -> Any:
         """The Huey task wrapper of a job (on ``queue`` for jobs served by every queue)."""
         spec = routes.jobs[job_name]
@@ -116,6 +160,10 @@ class Queues:
         # Each process worker notes its stop signal, so an interrupt whose traceback a
         # library cut off is still told apart from a job's own failure.
         huey.on_startup("taskledger.watch_stop_signal")(watch_stop_signal)
+        # A process worker holds one connection to the PostgreSQL queue, not two.
+        huey.on_startup("taskledger.one_queue_connection")(
+            functools.partial(use_one_queue_connection, huey)
+        )
         # ``huey_consumer`` asks the instance for its consumer: ours registers itself.
         serve_with(huey, presence.consumer_factory(self.app, huey))
         for spec in routes.jobs.values():

@@ -4,7 +4,9 @@
 type and count of ``QUEUES``. ``lean`` (development, the demo): one consumer
 process for every queue, with one process worker per lane (``tasks.lean``).
 Both keep process workers, so job timeouts stay hard, and both run the
-periodic tasks on one consumer only.
+periodic tasks on one consumer only. Before it starts anything, the command checks that
+the PostgreSQL server has room for the connections its consumers may hold
+(``tasks.budget``); ``--plan`` prints them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import click
+from flask import current_app
+from flask.cli import with_appcontext
 
+from tasks.budget import ProcessBudget, consumer_processes, server_room
+from tasks.queues import libpq_dsn
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES
 
 CONSUMER_ATTR = {name: name.replace("-", "_") for name in QUEUE_NAMES}
@@ -32,6 +38,8 @@ class ConsumerPlan:
     queues: tuple[str, ...]
     periodic: bool
     command: tuple[str, ...]
+    worker_type: str = "process"
+    workers: int = 1
 
 
 def consumer_command(
@@ -87,6 +95,8 @@ def plan(
                 (queue,),
                 periodic and queue == PERIODIC_QUEUE,
                 tuple(consumer_command(queue, periodic=periodic and queue == PERIODIC_QUEUE)),
+                QUEUES[queue].worker_type,
+                QUEUES[queue].workers,
             )
             for queue in queues
         ]
@@ -98,7 +108,18 @@ def plan(
         if not with_periodic:
             command.append("-n")
         return (
-            [ConsumerPlan("lean", tuple(queues), with_periodic, tuple(command))] if queues else []
+            [
+                ConsumerPlan(
+                    "lean",
+                    tuple(queues),
+                    with_periodic,
+                    tuple(command),
+                    "process",
+                    len(lanes(queues)),
+                )
+            ]
+            if queues
+            else []
         )
     raise ValueError(f"unknown mode {mode!r}")
 
@@ -115,14 +136,32 @@ def plan(
     help="Serve only these queues (repeatable).",
 )
 @click.option("--no-periodic", is_flag=True, help="Do not run periodic tasks here.")
+@with_appcontext
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of running them.")
-def workers_command(mode: str, only: tuple[str, ...], no_periodic: bool, dry_run: bool) -> None:
+@click.option(
+    "--plan",
+    "show_plan",
+    is_flag=True,
+    help="Print the database connections each process may hold, and in total.",
+)
+def workers_command(
+    mode: str, only: tuple[str, ...], no_periodic: bool, dry_run: bool, show_plan: bool
+) -> None:
     """Start the Huey consumers; periodic tasks run on one consumer only."""
     plans = plan(mode, only or QUEUE_NAMES, periodic=not no_periodic)
+    postgres_queue = current_app.config["QUEUE_DRIVER"] == "postgres"
+    budget = connection_plan(plans, postgres_queue)
+    if show_plan:
+        for line in plan_lines(budget, postgres_queue):
+            click.echo(line)
+        return
     if dry_run:
         for item in plans:
             click.echo(" ".join(item.command[1:]))
         return
+    refusal = room_refusal(budget, postgres_queue)
+    if refusal:
+        raise click.ClickException(refusal)
     processes = {}
     for item in plans:
         click.echo(f"starting {item.name}: {' '.join(item.command[1:])}", err=True)
@@ -134,6 +173,52 @@ def workers_command(mode: str, only: tuple[str, ...], no_periodic: bool, dry_run
     if problems:
         # Non-zero, so a supervisor (systemd's Restart=) sees the failure and restarts us.
         raise click.ClickException("; ".join(problems))
+
+
+def connection_plan(plans: Sequence[ConsumerPlan], postgres_queue: bool) -> list[ProcessBudget]:
+    """Every process the consumers run, by kind, with its connections."""
+    return [
+        process
+        for item in plans
+        for process in consumer_processes(item.name, item.worker_type, item.workers, postgres_queue)
+    ]
+
+
+def plan_lines(budget: Sequence[ProcessBudget], postgres_queue: bool) -> list[str]:
+    """``--plan``: a row per kind of process (connections each), then the totals."""
+    lines = [f"{'consumer':<10} {'process':<12} {'count':>5} {'ledger':>7} {'queue':>6}"]
+    for p in budget:
+        lines.append(f"{p.consumer:<10} {p.role:<12} {p.count:>5} {p.ledger:>7} {p.queue:>6}")
+    ledger = sum(p.count * p.ledger for p in budget)
+    queue = sum(p.count * p.queue for p in budget)
+    where = "the PostgreSQL queue" if postgres_queue else "a queue outside PostgreSQL"
+    lines.append(
+        f"total: {sum(p.count for p in budget)} processes, {ledger} ledger + {queue} queue"
+        f" = {ledger + queue} connections at most ({where})"
+    )
+    return lines
+
+
+def room_refusal(budget: Sequence[ProcessBudget], postgres_queue: bool) -> str | None:
+    """Why the PostgreSQL server(s) cannot take this plan now, or None when they can (or
+    when nothing of it is on PostgreSQL)."""
+    config = current_app.config
+    needs: dict[str, int] = {}  # libpq DSN -> connections: the ledger and queue may share one
+    ledger_url = str(config["SQLALCHEMY_DATABASE_URI"])
+    if ledger_url.startswith("postgres"):
+        needs[libpq_dsn(ledger_url)] = sum(p.count * p.ledger for p in budget)
+    if postgres_queue:
+        queue_dsn = libpq_dsn(config.get("QUEUE_POSTGRES_DSN") or ledger_url)
+        needs[queue_dsn] = needs.get(queue_dsn, 0) + sum(p.count * p.queue for p in budget)
+    connect_args = config["SQLALCHEMY_ENGINE_OPTIONS"].get("connect_args", {})
+    for dsn, needed in needs.items():
+        room = server_room(dsn, connect_args)
+        if needed > room.free:
+            return (
+                f"the consumers may hold {needed} connections but the server allows"
+                f" {room.free} more ({'; '.join(room.reasons)}); see flask workers --plan"
+            )
+    return None
 
 
 class Supervisor:

@@ -42,7 +42,7 @@ def test_utcnow_is_the_servers_clock_carried_between_readings(ctx, monkeypatch):
 def test_a_clock_whose_server_refuses_carries_its_last_reading_and_warns_once(ctx, caplog):
     clock = DatabaseClock(ctx.config["SQLALCHEMY_DATABASE_URI"], {})
     first = clock.now()
-    clock._engine = DatabaseClock(refused_url(), {})._engine  # the server goes away
+    clock.engine = DatabaseClock(refused_url(), {}).engine  # the server goes away
     clock._next_read = 0.0
 
     with caplog.at_level(logging.WARNING, logger="database"):

@@ -21,6 +21,7 @@ from huey.signals import SIGNAL_ENQUEUED, SIGNAL_INTERRUPTED, SIGNAL_TIMEOUT
 
 from database import utcnow
 from tasks import huey_internals as internals
+from tasks import outages
 from tests.conftest import REDIS_URL, require_redis
 
 
@@ -332,3 +333,176 @@ def test_the_result_store_names_revokes_rate_limits_and_locks_as_the_sweep_expec
     assert any(key.startswith(internals.lock_prefix(huey)) for key in keys)
     huey.storage.delete_counter(counter)
     assert huey.storage.incr(counter, 0) == 0
+
+
+@pytest.fixture
+def shared_postgres():
+    """Two queues of one process on ``SharedPostgresStorage``, named to be counted."""
+    from tests.conftest import BACKEND, PG_URL
+
+    if BACKEND != "postgres":
+        pytest.skip("PostgresHuey needs the PostgreSQL of the tests (TEST_BACKEND=postgres)")
+    import psycopg
+    from huey import PostgresHuey
+
+    dsn = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    name = f"internals-{uuid.uuid4().hex[:8]}"
+    hueys = [
+        PostgresHuey(
+            f"taskledger.{name}-{i}",
+            storage_class=internals.SharedPostgresStorage,
+            dsn=dsn,
+            application_name=name,
+            results=False,
+        )
+        for i in range(2)
+    ]
+
+    def connections() -> int:
+        with psycopg.connect(dsn) as admin:
+            return admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+                [f"{name} %"],
+            ).fetchone()[0]
+
+    yield hueys, connections
+    for huey in hueys:
+        huey.flush()
+    hueys[0].storage.close()
+
+
+def test_threads_of_one_process_share_two_queue_connections_and_are_all_woken(shared_postgres):
+    import threading
+
+    (first, second), connections = shared_postgres
+    echo = echo_task(first)
+    got: list = []
+    waiting = [threading.Thread(target=lambda: got.append(first.dequeue())) for _ in range(8)]
+    second.enqueue(echo_task(second).s(0))  # a statement on the other queue, same connection
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.3)  # every thread waits on the queue, one of them on the LISTEN
+    assert connections() == 2
+    for n in range(8):
+        first.enqueue(echo.s(n))
+    for thread in waiting:
+        thread.join(timeout=10)
+
+    # Each waiting thread took a task, woken by the one that listens (read_timeout is 1 s:
+    # a thread not woken would come back empty-handed).
+    assert sorted(task.args[0] for task in got if task is not None) == list(range(8))
+    assert connections() == 2
+    assert second.pending_count() == 1
+
+
+def test_a_process_worker_waits_for_work_on_its_one_statement_connection(shared_postgres):
+    (first, _), connections = shared_postgres
+    echo = echo_task(first)
+    first.pending_count()
+    first.storage.shared.single = True  # what a process worker's startup hook sets
+    sender = os.fork()
+    if sender == 0:  # pragma: no cover - another process enqueues while the worker waits
+        time.sleep(0.3)
+        first.enqueue(echo.s(7))
+        os._exit(0)
+
+    task = first.dequeue()  # waits up to read_timeout (1 s) on its LISTEN: woken sooner
+    os.waitpid(sender, 0)
+
+    assert task is not None and task.args == (7,)
+    assert connections() == 1  # the worker's one connection (the sender's has gone)
+
+
+def test_an_idle_queue_connection_the_server_ended_is_replaced_before_its_next_use(
+    shared_postgres,
+):
+    import psycopg
+
+    (first, _), connections = shared_postgres
+    first.pending_count()
+    name = first.storage.application_name
+    dsn = first.storage.dsn
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE application_name LIKE %s",
+            [f"{name} %"],
+        )
+
+    assert first.pending_count() == 0  # no error for a session that ended while idle
+    assert connections() == 1
+
+
+def test_a_forked_process_opens_its_own_queue_connections(shared_postgres):
+    (first, _), connections = shared_postgres
+    first.pending_count()
+    parent = first.storage.shared
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through its exit code
+        os._exit(0 if first.storage.shared is not parent and first.pending_count() == 0 else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert first.storage.shared is parent
+
+
+def test_a_sqlite_storage_reopens_its_file_when_it_was_replaced_under_it(tmp_path):
+    path = tmp_path / "queue.sqlite3"
+
+    def huey():
+        return SqliteHuey(
+            "taskledger.tasks", filename=str(path), storage_class=internals.WatchedSqliteStorage
+        )
+
+    consumer = huey()
+    echo = echo_task(consumer)
+    consumer.enqueue(echo.s(1))
+    assert consumer.dequeue().args == (1,)
+
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"queue.sqlite3{suffix}").unlink(missing_ok=True)
+    cli = huey()  # a process that opens the path now: a new file
+    cli.enqueue(echo_task(cli).s(2))
+
+    assert consumer.dequeue().args == (2,)  # not the deleted file it had open
+
+
+def test_a_consumers_mark_in_the_sqlite_file_says_when_it_last_read_it(tmp_path):
+    huey = SqliteHuey(
+        "taskledger.tasks",
+        filename=str(tmp_path / "q.sqlite3"),
+        storage_class=internals.WatchedSqliteStorage,
+    )
+    assert internals.last_read(huey) is None
+
+    internals.mark_reader(huey, "host:1:1", 1000.0)
+    internals.mark_reader(huey, "host:2:2", 1000.0 + internals.READER_RETENTION_SECONDS + 5)
+
+    assert internals.last_read(huey) == 1000.0 + internals.READER_RETENTION_SECONDS + 5
+    marks = huey.storage.sql("select key from kv", results=True)
+    assert marks == [("reader.host:2:2",)]  # the reader silent for an hour is forgotten
+
+
+def test_a_patient_worker_waits_out_an_outage_of_its_queue_without_a_traceback(monkeypatch, caplog):
+    import psycopg
+
+    episode = outages.Episode()
+    monkeypatch.setattr(outages, "episode", episode)
+    waits: list[float] = []
+
+    class Refusing:
+        name = "taskledger.tasks"
+        storage = SimpleNamespace(blocking=True)
+        _startup: dict = {}
+
+        def dequeue(self):
+            raise psycopg.OperationalError("connection refused")
+
+    stop_flag = SimpleNamespace(wait=waits.append, is_set=lambda: False)
+    worker = internals.PatientWorker(Refusing(), stop_flag, 0.1, 1.0, 1.1)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            worker.loop()
+
+    assert waits == [0.5, 1.0, 2.0]
+    assert [r.name for r in caplog.records] == ["tasks.outages"]
+    assert not any(r.exc_info for r in caplog.records)

@@ -432,10 +432,10 @@ def test_a_gate_on_a_connection_the_server_dropped_is_retried_on_a_fresh_one(ctx
         ).scalar_one()
     assert terminated >= 1
 
-    with caplog.at_level("WARNING", logger="taskrunner.jobs"):
+    with caplog.at_level("WARNING", logger="tasks.outages"):
         huey.execute(second)
 
-    assert "met a database error: OperationalError" in caplog.text
+    assert "Database unavailable (the gate of unit" in caplog.text
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 2)
 

@@ -263,6 +263,7 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
 def test_every_queue_is_its_own_huey_in_each_driver_variant(make_app, tmp_path, driver):
     from huey import PostgresHuey, RedisHuey, SqliteHuey
 
+    from tasks.huey_internals import SharedPostgresStorage
     from tests.conftest import BACKEND
 
     if driver == "postgres" and BACKEND != "postgres":
@@ -278,6 +279,9 @@ def test_every_queue_is_its_own_huey_in_each_driver_variant(make_app, tmp_path, 
         hueys = app.extensions["queues"].all()
     assert set(hueys) == set(QUEUE_NAMES)
     assert all(type(huey) is expected for huey in hueys.values())
+    if driver == "postgres":
+        # Every queue of a process on its two connections (tasks.budget).
+        assert {type(huey.storage) for huey in hueys.values()} == {SharedPostgresStorage}
     # A dedicated name per queue: its consumer alone decides how its jobs run.
     assert len({huey.name for huey in hueys.values()}) == len(QUEUE_NAMES)
 
