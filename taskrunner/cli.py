@@ -118,9 +118,10 @@ def _print_detail(detail: dict[str, Any]) -> None:
             for unit in detail[key]:
                 why = unit["stale_reason"] if key == "stale_units" else unit["last_error"]
                 stale = " [stale]" if unit["stale"] and key == "failed_units" else ""
+                kind = f"  kind={unit['kind']}" if unit.get("kind") else ""
                 click.echo(
                     f"  {unit['unit_key']}  tenant={unit['tenant_id']}  "
-                    f"attempts={unit['attempts']}{stale}  {why}"
+                    f"attempts={unit['attempts']}{kind}{stale}  {why}"
                 )
 
 

@@ -24,6 +24,7 @@ from huey import crontab
 
 from taskrunner import metrics, operations
 from taskrunner.events import subscribe
+from taskrunner.failures import register_vendor_error
 from taskrunner.jobs import contained, gate
 from taskrunner.ledger import ledger
 from taskrunner.ledger.stale_rules import Tracked, lost_before, stale_filter
@@ -97,6 +98,7 @@ __all__ = [
     "redact",
     "register",
     "register_domain_error",
+    "register_vendor_error",
     "run_lock",
     "stale_filter",
     "start_run",

@@ -55,6 +55,7 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
             {
                 "reason": g.reason,
                 "kind": g.kind,
+                "where": g.where,
                 "example": g.example,
                 "count": g.count,
                 "tenants": g.tenants,

@@ -73,6 +73,10 @@ class ConsumerPresence(db.Model):
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
     # What each worker executes now: [{"pid", "thread", "task", "task_id", "since"}].
     running: Mapped[list] = mapped_column(JSON, default=list)
+    # Process workers found dead and restarted: how many, and the newest few
+    # [{"at", "pid", "task_id"}] (what each was executing when it died).
+    worker_deaths: Mapped[int | None] = mapped_column(Integer)
+    deaths: Mapped[list | None] = mapped_column(JSON)
 
     __table_args__ = (Index("ix_consumers_heartbeat_at", "heartbeat_at"),)
 

@@ -52,6 +52,19 @@ def units(run_uuid: str):
     return jsonify(operations.units_json(page))
 
 
+@bp.get("/task-runs/<run_uuid>/unit")
+@permission_required(VIEW)
+def unit(run_uuid: str):
+    # The key is a query parameter: a unit key never travels in a path (blueprints/unit_keys).
+    run, key = run_or_404(run_uuid), params.text("key")
+    if not key:
+        abort(400, description="give the unit's key")
+    detail = operations.unit_detail(run, key)
+    if detail is None:
+        abort(404, description="no such unit in this run")
+    return jsonify(detail.unit)
+
+
 @bp.get("/task-runs/<run_uuid>/errors")
 @permission_required(VIEW)
 def errors(run_uuid: str):

@@ -34,6 +34,15 @@ CURSOR_TEXT = {**TEXT, "maxLength": MAX_TEXT + 40}
 RUN_STATUS = {"type": "string", "enum": list(operations.RUN_STATUSES)}
 UNIT_STATUS = {"type": "string", "enum": list(operations.UNIT_STATUSES)}
 COUNT = {"type": "integer", "minimum": 0}
+FAILURE_KINDS = ["crash", "vendor", "domain", "expired"]
+FRAME = closed(
+    {
+        "file": {"type": "string", "description": "Relative to the project or its library."},
+        "line": nullable({"type": "integer"}),
+        "function": {"type": "string"},
+        "own": {"type": "boolean", "description": "The project's own code, not a library's."},
+    }
+)
 
 
 def limit(default: int, maximum: int) -> Param:
@@ -57,6 +66,16 @@ UNIT = {
     "status": UNIT_STATUS,
     "attempts": COUNT,
     "last_error": nullable({"type": "string", "description": "Redacted."}),
+    "kind": nullable(
+        {
+            "type": "string",
+            "enum": FAILURE_KINDS,
+            "description": "A failed unit's kind of failure (null for a unit that did not "
+            "fail): crash, a bug in the task, met again until the code changes; vendor, a "
+            "driver, network or timeout error, often transient; domain, the task's own "
+            "refusal, met again until the data changes; expired, never ran in time.",
+        }
+    ),
     "started_at": nullable(DATE_TIME),
     "finished_at": nullable(DATE_TIME),
     "stale": {"type": "boolean"},
@@ -68,6 +87,7 @@ UNIT_EXAMPLE = {
     "status": "failed",
     "attempts": 1,
     "last_error": "unhandled sqlalchemy.exc.OperationalError — see logs",
+    "kind": "vendor",
     "started_at": "2026-11-29T10:41:52Z",
     "finished_at": "2026-11-29T10:41:52Z",
     "stale": False,
@@ -131,6 +151,20 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Unit": closed(UNIT),
+    "UnitDetail": closed(
+        {
+            **UNIT,
+            "queued_at": nullable(DATE_TIME),
+            "heartbeat_at": nullable(DATE_TIME),
+            "stuck_notified_at": nullable(DATE_TIME),
+            "created_at": nullable(DATE_TIME),
+            "stack": {
+                **array(FRAME),
+                "description": "The last failure's frames, innermost last (a failed unit "
+                "only): no locals, no message.",
+            },
+        }
+    ),
     "UnitPage": page_of("Unit"),
     "StaleUnit": closed(
         {
@@ -155,12 +189,19 @@ SCHEMAS: dict[str, Any] = {
                         "reason": {"type": "string", "description": "Numbers folded into `#`."},
                         "kind": {
                             "type": "string",
-                            "enum": ["vendor", "domain", "expired"],
-                            "description": "vendor: a driver or client error (`unhandled … "
-                            "see logs`, a timeout), worth a retry; domain: the module's own "
-                            "refusal, met again until the data changes; expired: never ran "
-                            "in time.",
+                            "enum": FAILURE_KINDS,
+                            "description": "crash: a bug in the task, met again until the "
+                            "code changes; vendor: a driver, network or timeout error, worth "
+                            "a retry; domain: the module's own refusal, met again until the "
+                            "data changes; expired: never ran in time.",
                         },
+                        "where": nullable(
+                            {
+                                "type": "string",
+                                "description": "The innermost frame of the project's own "
+                                "code: `payments/statements.py:88 in generate`.",
+                            }
+                        ),
                         "example": {"type": "string"},
                         "count": COUNT,
                         "tenants": COUNT,
@@ -351,6 +392,46 @@ OPERATIONS: dict[str, Operation] = {
         ),
         errors=(400, 404),
     ),
+    "api.unit": Operation(
+        "getRunUnit",
+        "One unit of a run, with the redacted stack of its last failure",
+        description="The key is a query parameter, never a path segment; a unit the run "
+        "does not have is a 404.",
+        path=(RUN_UUID,),
+        query=(Param("key", "The unit's key (required).", TEXT, "probe-3"),),
+        replies=(
+            Reply(
+                200,
+                "The unit.",
+                "UnitDetail",
+                {
+                    **UNIT_EXAMPLE,
+                    "unit_key": "probe-3",
+                    "last_error": "unhandled builtins.KeyError — see logs, ref 3f9c0a1b",
+                    "kind": "crash",
+                    "queued_at": "2026-11-29T10:41:51Z",
+                    "heartbeat_at": "2026-11-29T10:41:52Z",
+                    "stuck_notified_at": None,
+                    "created_at": "2026-11-29T10:41:51Z",
+                    "stack": [
+                        {
+                            "file": "taskrunner/jobs.py",
+                            "line": 91,
+                            "function": "contained_failure",
+                            "own": True,
+                        },
+                        {
+                            "file": "diagnostics/probe.py",
+                            "line": 42,
+                            "function": "_read_settings",
+                            "own": True,
+                        },
+                    ],
+                },
+            ),
+        ),
+        errors=(400, 404),
+    ),
     "api.errors": Operation(
         "getRunErrors",
         "A run's failed units grouped by redacted reason",
@@ -366,6 +447,7 @@ OPERATIONS: dict[str, Operation] = {
                         {
                             "reason": "probe unit # failed",
                             "kind": "domain",
+                            "where": "diagnostics/probe.py:84 in probe",
                             "example": "probe unit 10 failed",
                             "count": 100,
                             "tenants": 0,

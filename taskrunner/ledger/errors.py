@@ -10,9 +10,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from security.refs import REF_CODE
+from taskrunner.failures import innermost_own, stored_kind
 from taskrunner.ledger.records import not_deleted
 from taskrunner.models import TaskRun, TaskRunUnit
-from taskrunner.redaction import reason_kind
 from taskrunner.types import UnitStatus
 
 # Digits and error references vary between otherwise identical reasons ("probe unit 7
@@ -33,10 +33,13 @@ class ErrorGroup:
     tenants: int
     tenant_sample: list[int] = field(default_factory=list)
     first_key: str | None = None
+    # The first unit's stored kind and the innermost frame of our own code it failed in.
+    stored_kind: str | None = None
+    where: str | None = None
 
     @property
     def kind(self) -> str:
-        return reason_kind(self.example)
+        return stored_kind(self.stored_kind, self.example)
 
 
 def normalize_reason(reason: str | None) -> str:
@@ -84,6 +87,7 @@ class ErrorReads:
                 func.count().label("n"),
                 func.count(TaskRunUnit.tenant_id.distinct()).label("tenants"),
                 func.min(TaskRunUnit.unit_key).label("first_key"),
+                func.min(TaskRunUnit.id).label("first_id"),
                 tenants.label("sample"),
             )
             .where(
@@ -95,14 +99,29 @@ class ErrorReads:
             .order_by(func.count().desc(), reason)
             .limit(limit)
         )
-        return [
-            ErrorGroup(
-                row.reason,
-                row.example or "",
-                row.n,
-                row.tenants,
-                _sample(row.sample),
-                row.first_key,
+        rows = self.session.execute(grouped).all()
+        # One look-up by primary key for every group's first unit: its kind and frames.
+        firsts = {
+            unit_id: (kind, stack)
+            for unit_id, kind, stack in self.session.execute(
+                select(TaskRunUnit.id, TaskRunUnit.failure_kind, TaskRunUnit.stack).where(
+                    TaskRunUnit.id.in_([row.first_id for row in rows])
+                )
             )
-            for row in self.session.execute(grouped)
-        ]
+        }
+        groups = []
+        for row in rows:
+            kind, stack = firsts.get(row.first_id, (None, None))
+            groups.append(
+                ErrorGroup(
+                    row.reason,
+                    row.example or "",
+                    row.n,
+                    row.tenants,
+                    _sample(row.sample),
+                    row.first_key,
+                    kind,
+                    innermost_own(stack),
+                )
+            )
+        return groups

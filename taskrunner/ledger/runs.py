@@ -37,7 +37,7 @@ from taskrunner.ledger.stale_rules import (
 )
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.registry import registry
-from taskrunner.types import Refused, RunStatus
+from taskrunner.types import Refused, RunStatus, UnitStatus
 
 FAILED_RUN = (str(RunStatus.FAILED), str(RunStatus.COMPLETED_WITH_FAILURES))
 ATTENTION_WINDOW = timedelta(hours=24)
@@ -217,6 +217,7 @@ class RunReads:
             heartbeat_at=iso(unit.heartbeat_at),
             stuck_notified_at=iso(unit.stuck_notified_at),
             created_at=iso(unit.created_at),
+            stack=list(unit.stack or []) if unit.status == UnitStatus.FAILED else [],
         )
 
     def unit_events(self, run: TaskRun, unit_key: str, limit: int = 50) -> list[dict[str, Any]]:

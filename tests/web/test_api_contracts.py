@@ -410,6 +410,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
         f"/task-runs/{world.run_uuid}",
         f"/task-runs/{world.run_uuid}/units",
         f"/task-runs/{world.run_uuid}/errors",
+        f"/task-runs/{world.run_uuid}/unit?key=probe-2",
         "/stale-units",
         "/units?key=probe-2",
         "/workers",
@@ -440,6 +441,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
             "/task-runs?status=exploded",
             "/task-runs?cursor=garbage",
             f"/task-runs/{world.run_uuid}/units?limit=0",
+            f"/task-runs/{world.run_uuid}/unit",
             "/stale-units?cursor=nope",
             "/units",
             "/units?key=a&tenant=1",
@@ -449,6 +451,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
             "/task-runs/not-a-uuid",
             "/task-runs/not-a-uuid/units",
             "/task-runs/00000000-0000-4000-8000-000000000000/errors",
+            f"/task-runs/{world.run_uuid}/unit?key=no-such-unit",
             "/no-such-read",
         ),
     }

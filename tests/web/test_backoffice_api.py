@@ -129,6 +129,7 @@ def test_error_groups_fold_numbers_and_name_the_tenants(app, api):
         {
             "reason": "probe unit # failed",
             "kind": "domain",
+            "where": None,
             "example": "probe unit 2 failed",
             "count": 3,
             "tenants": 2,
@@ -137,6 +138,7 @@ def test_error_groups_fold_numbers_and_name_the_tenants(app, api):
         {
             "reason": "unhandled x.Vendor — see logs",
             "kind": "vendor",
+            "where": None,
             "example": "unhandled x.Vendor — see logs",
             "count": 1,
             "tenants": 1,
