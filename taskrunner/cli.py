@@ -72,8 +72,19 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
 @click.argument("run_uuid", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 500))
-def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
+@click.option(
+    "--reason",
+    help="Every failed unit of this error group (its reason as the error groups show it).",
+)
+@click.option("--csv", "as_csv", is_flag=True, help="The units as CSV (with --reason: its group).")
+def status_command(
+    run_uuid: str | None, as_json: bool, limit: int, reason: str | None, as_csv: bool
+) -> None:
     """Recent runs, or one run with its counts and failed and stale units."""
+    if (reason is not None or as_csv) and run_uuid is None:
+        raise click.UsageError("--reason and --csv need a RUN_UUID")
+    if reason is not None and not reason.strip():
+        raise click.UsageError("--reason needs the text of an error group")
     if run_uuid is None:
         runs = operations.runs_json(operations.runs_page(limit=limit))["runs"]
         if as_json:
@@ -91,11 +102,34 @@ def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
     run = ledger.runs.find_run(run_uuid)
     if run is None:
         refuse(f"no run {run_uuid}")
+    if reason is not None or as_csv:
+        _print_units(run, reason, as_json, as_csv)
+        return
     detail = operations.run_report(run)
     if as_json:
         click.echo(json.dumps(detail, indent=2))
         return
     _print_detail(detail)
+
+
+def _print_units(run: Any, reason: str | None, as_json: bool, as_csv: bool) -> None:
+    """A group's units (or every unit of the run, for ``--csv`` alone), all of them."""
+    rows = operations.export_units(run, reason=reason)
+    if as_csv:
+        for line in operations.csv_lines(rows):
+            click.echo(line, nl=False)
+        return
+    if as_json:
+        click.echo(json.dumps({"uuid": run.uuid, "reason": reason, "units": list(rows)}, indent=2))
+        return
+    count = 0
+    for row in rows:
+        count += 1
+        click.echo(
+            f"{row['unit_key']}  tenant={row['tenant_id']}  attempts={row['attempts']}  "
+            f"kind={row['kind']}  {row['reason'] or ''}"
+        )
+    click.echo(f"{plural(count, 'unit')} in the error group {reason!r}", err=True)
 
 
 def _print_detail(detail: dict[str, Any]) -> None:

@@ -40,6 +40,7 @@ from taskrunner.registry import registry
 from taskrunner.runner import start as start_run
 from taskrunner.single import tracked_job
 from taskrunner.tenant_scope import bind as bind_tenant_context
+from taskrunner.tenant_scope import bind_names as bind_tenant_names
 from taskrunner.types import (
     ACTIVE_UNIT,
     TERMINAL_RUN,
@@ -83,6 +84,7 @@ __all__ = [
     "UnitStatus",
     "bind_scrubber",
     "bind_tenant_context",
+    "bind_tenant_names",
     "bounded",
     "check_context",
     "contained",

@@ -14,7 +14,7 @@ they return, so no connection is held while the caller sleeps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +39,7 @@ from taskrunner.ledger import (
 )
 from taskrunner.models import OperatorAction, TaskRun
 from taskrunner.registry import registry
+from taskrunner.reports import csv_lines
 from taskrunner.reports import error_groups as error_groups_json
 from taskrunner.reports import runs_page as runs_json
 from taskrunner.reports import units_page as units_json
@@ -61,6 +62,7 @@ __all__ = [
     "StaleUnits",
     "Throughput",
     "UnitDetail",
+    "csv_lines",
     "error_groups_json",
     "is_uuid",
     "runs_json",
@@ -199,6 +201,26 @@ def unit_detail(run: TaskRun, unit_key: str) -> UnitDetail | None:
         paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
     )
+
+
+EXPORT_PAGE = 500
+
+
+def export_units(
+    run: TaskRun, reason: str | None = None, status: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every unit of the run (``reason``: of one error group), as exported, page by page."""
+    cursor = None
+    while True:
+        page = _released(
+            lambda cursor=cursor: ledger.runs.run_units_page(
+                run, status=status, reason=reason, limit=EXPORT_PAGE, cursor=cursor
+            )
+        )
+        yield from reports.export_rows(page.items)
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
 
 
 def stale_units(limit: int = 100, cursor: str | None = None) -> StaleUnits:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from database import iso
 from taskrunner.ledger import ErrorGroup, Page, ledger
 from taskrunner.models import TaskRun
+from taskrunner.tenant_scope import names_of
 
 UNIT_LIST_CAP = 100
+# A group's units as exported (the pages' CSV and JSON, ``tasks status --reason --csv``).
+EXPORT_COLUMNS = ("tenant_id", "tenant_name", "unit_key", "attempts", "kind", "reason", "finished")
+# A spreadsheet runs a cell starting with one of these as a formula: a tenant's name or a
+# reason is data, never a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def run_summary(run: TaskRun, counts: dict[str, int] | None = None) -> dict[str, Any]:
@@ -64,3 +73,39 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
             for g in groups
         ],
     }
+
+
+def export_rows(units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Unit dicts as exported: the tenant named, the reason and finish time as shown."""
+    names = names_of(u["tenant_id"] for u in units)
+    return [
+        {
+            "tenant_id": u["tenant_id"],
+            "tenant_name": names.get(u["tenant_id"]) if u["tenant_id"] is not None else None,
+            "unit_key": u["unit_key"],
+            "attempts": u["attempts"],
+            "kind": u["kind"],
+            "reason": u["last_error"],
+            "finished": u["finished_at"],
+        }
+        for u in units
+    ]
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The header, then one CSV line per exported row (streamed: a group may be large)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(EXPORT_COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(row[column]) for column in EXPORT_COLUMNS])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.getvalue():
+        yield buffer.getvalue()

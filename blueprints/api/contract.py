@@ -379,6 +379,12 @@ OPERATIONS: dict[str, Operation] = {
         path=(RUN_UUID,),
         query=(
             Param("status", "Only units in this status.", UNIT_STATUS, "failed"),
+            Param(
+                "reason",
+                "Only the failed units of this error group (its `reason` as `errors` gives it).",
+                TEXT,
+                "probe unit # failed",
+            ),
             limit(50, 200),
             CURSOR,
         ),

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from blueprints.backoffice import actions, attention, console, live, pages  # noqa: F401 - routes
+from blueprints.backoffice import (  # noqa: F401 - routes
+    actions,
+    attention,
+    console,
+    exports,
+    live,
+    pages,
+)
 from blueprints.backoffice.blueprint import bp
 
 __all__ = ["bp"]

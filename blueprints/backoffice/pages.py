@@ -94,9 +94,15 @@ def overview_strip():
 def run(run_uuid: str):
     run = run_or_404(run_uuid)
     unit_status = params.unit_status()
+    reason = params.text("reason")
     limit = params.limit()
     units = paged(
-        operations.run_units, run, status=unit_status, limit=limit, cursor=params.cursor()
+        operations.run_units,
+        run,
+        status=unit_status,
+        limit=limit,
+        cursor=params.cursor(),
+        reason=reason,
     )
     detail = operations.run_detail(run, cap=CAP)
     return render_template(
@@ -105,6 +111,7 @@ def run(run_uuid: str):
         counts=detail.counts,
         units=units,
         unit_status=unit_status,
+        reason=reason,
         limit=asked(limit),
         failed=detail.failed,
         skipped=detail.skipped,

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from database import iso, utcnow
 from taskrunner.delivery import event_dict
+from taskrunner.ledger.errors import folded_reason
 from taskrunner.ledger.records import (
     ACTIVE,
     UNIT_STATUSES,
@@ -176,14 +177,20 @@ class RunReads:
         limit: int = 50,
         cursor: str | None = None,
         now: datetime | None = None,
+        reason: str | None = None,
     ) -> Page:
-        """Units of a run in id order, as unit dicts, with their stale reasons as of ``now``.
+        """Units of a run in id order, as unit dicts, with their stale reasons as of ``now``;
+        ``reason``: only the failed units of that error group (its folded reason).
 
         Raises ``InvalidCursor``.
         """
         stmt, cut = self._units_of(run, now)
         if status:
             stmt = stmt.where(TaskRunUnit.status == status)
+        if reason is not None:
+            stmt = stmt.where(
+                TaskRunUnit.status == UnitStatus.FAILED, folded_reason(self.session) == reason
+            )
         if stale_only:
             if run.status != RunStatus.RUNNING:
                 return Page([], None)
