@@ -223,10 +223,17 @@ def export_units(
         cursor = page.next_cursor
 
 
-def stale_units(limit: int = 100, cursor: str | None = None) -> StaleUnits:
-    """Stale units across running runs, oldest first; raises ``InvalidCursor``."""
-    page = ledger.fleet.stale_units_page(limit=limit, cursor=cursor)
-    return StaleUnits(page, ledger.fleet.stale_counts_by_run() if page.items else [])
+def stale_units(
+    limit: int = 100, cursor: str | None = None, run: TaskRun | None = None
+) -> StaleUnits:
+    """Stale units across running runs (or of one), oldest first; raises ``InvalidCursor``."""
+    page = ledger.fleet.stale_units_page(
+        limit=limit, cursor=cursor, run_id=run.id if run is not None else None
+    )
+    by_run = ledger.fleet.stale_counts_by_run() if page.items else []
+    if run is not None:
+        by_run = [item for item in by_run if item[0] == run.uuid]
+    return StaleUnits(page, by_run)
 
 
 def count_cancellable(run: TaskRun) -> int:

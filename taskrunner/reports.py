@@ -67,6 +67,7 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
                 "where": g.where,
                 "example": g.example,
                 "count": g.count,
+                "retrying": g.retrying,
                 "tenants": g.tenants,
                 "tenant_sample": g.tenant_sample,
             }

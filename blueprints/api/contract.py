@@ -203,7 +203,11 @@ SCHEMAS: dict[str, Any] = {
                             }
                         ),
                         "example": {"type": "string"},
-                        "count": COUNT,
+                        "count": {**COUNT, "description": "Failed units of the group."},
+                        "retrying": {
+                            **COUNT,
+                            "description": "Units of the group retried and not settled yet.",
+                        },
                         "tenants": COUNT,
                         "tenant_sample": array({"type": "integer"}),
                     }
@@ -456,6 +460,7 @@ OPERATIONS: dict[str, Operation] = {
                             "where": "diagnostics/probe.py:84 in probe",
                             "example": "probe unit 10 failed",
                             "count": 100,
+                            "retrying": 0,
                             "tenants": 0,
                             "tenant_sample": [],
                         }

@@ -160,8 +160,15 @@ def errors(run_uuid: str):
         run=run,
         groups=groups,
         total=sum(g.count for g in groups),
+        retrying=sum(g.retrying for g in groups),
         can_manage=can_manage(),
         retry_allowed=operations.retry_allowed(run),
+        # Live like the run page, on the run's own stream: a retried group's units settle.
+        stream=(
+            url_for("backoffice.run_stream", run_uuid=run.uuid)
+            if run.status == RunStatus.RUNNING
+            else None
+        ),
     )
 
 
@@ -180,9 +187,12 @@ def events(run_uuid: str):
 @permission_required(VIEW)
 def stale_units():
     limit = params.limit(100, 500)
-    stale = paged(operations.stale_units, limit=limit, cursor=params.cursor())
+    run_uuid = params.text("run")
+    run = run_or_404(run_uuid) if run_uuid else None
+    stale = paged(operations.stale_units, limit=limit, cursor=params.cursor(), run=run)
     return render_template(
         "backoffice/stale.html",
+        run=run,
         page=stale.page,
         by_run=stale.by_run,
         total=stale.total,

@@ -23,6 +23,7 @@ _PERIOD = r"(?:19|20)\d\d-(?:0[1-9]|1[0-2])(?!\d)"
 _MONTH_OF_A_PERIOD = r"(?<=(?<!\d)(?:19|20)\d\d-)(?:0[1-9]|1[0-2])(?!\d)"
 _VARYING = re.compile(rf"(?<=ref ){REF_CODE}|(?<!\d)(?!{_PERIOD})(?!{_MONTH_OF_A_PERIOD})\d+")
 TENANT_SAMPLE = 12
+_IN_A_GROUP = (UnitStatus.FAILED, UnitStatus.PENDING, UnitStatus.RUNNING)
 
 
 @dataclass(slots=True)
@@ -36,6 +37,8 @@ class ErrorGroup:
     # The first unit's stored kind and the innermost frame of our own code it failed in.
     stored_kind: str | None = None
     where: str | None = None
+    # Units of the group retried and not settled yet: the group stays until they are.
+    retrying: int = 0
 
     @property
     def kind(self) -> str:
@@ -72,7 +75,11 @@ class ErrorReads:
         self.session = session
 
     def error_groups(self, run: TaskRun, limit: int = 50) -> list[ErrorGroup]:
-        """Failed units grouped by their redacted reason (numbers folded), biggest first."""
+        """Failed units grouped by their redacted reason (numbers folded), biggest first.
+
+        A retried unit keeps its last reason until it settles: it stays in its group,
+        counted as ``retrying``, so a retried group is shown until its units settle.
+        """
         if self.session.get_bind().dialect.name == "postgresql":
             # Grouping tens of thousands of reasons sorts on disk with the default work_mem.
             self.session.execute(text("SET LOCAL work_mem = '32MB'"))
@@ -84,7 +91,8 @@ class ErrorReads:
             select(
                 reason.label("reason"),
                 func.min(TaskRunUnit.last_error).label("example"),
-                func.count().label("n"),
+                func.count().filter(TaskRunUnit.status == UnitStatus.FAILED).label("n"),
+                func.count().filter(TaskRunUnit.status != UnitStatus.FAILED).label("retrying"),
                 func.count(TaskRunUnit.tenant_id.distinct()).label("tenants"),
                 func.min(TaskRunUnit.unit_key).label("first_key"),
                 func.min(TaskRunUnit.id).label("first_id"),
@@ -92,7 +100,8 @@ class ErrorReads:
             )
             .where(
                 TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.status == UnitStatus.FAILED,
+                TaskRunUnit.status.in_(_IN_A_GROUP),
+                TaskRunUnit.last_error.is_not(None),
                 not_deleted(TaskRunUnit),
             )
             .group_by(reason)
@@ -122,6 +131,7 @@ class ErrorReads:
                     row.first_key,
                     kind,
                     innermost_own(stack),
+                    row.retrying,
                 )
             )
         return groups

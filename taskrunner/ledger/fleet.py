@@ -52,15 +52,22 @@ class FleetReads:
     # -- stale units across runs -------------------------------------------------------
 
     def stale_units_page(
-        self, limit: int = 100, cursor: str | None = None, now: datetime | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        now: datetime | None = None,
+        run_id: int | None = None,
     ) -> Page:
-        """Stale units of running runs, oldest unit first; the cursor is ``run-uuid/unit-key``."""
+        """Stale units of running runs (``run_id``: of that run), oldest unit first; the
+        cursor is ``run-uuid/unit-key``."""
         cut = joined_cutoffs(self.session, now or utcnow())
         stmt = (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, stale_reason(cut).label("stale_reason"))
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
             .where(*stale_in_running_runs(cut))
         )
+        if run_id is not None:
+            stmt = stmt.where(TaskRunUnit.task_run_id == run_id)
         if cursor:
             stmt = stmt.where(TaskRunUnit.id > self._unit_id_for_cursor(cursor))
         rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
