@@ -159,6 +159,43 @@ def _print_detail(detail: dict[str, Any]) -> None:
                 )
 
 
+@tasks_cli.command("compare")
+@click.argument("run_uuid")
+@click.argument("other_uuid", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON API's shape.")
+def compare_command(run_uuid: str, other_uuid: str | None, as_json: bool) -> None:
+    """A run against another (default: the previous run of its type)."""
+    run = ledger.runs.find_run(run_uuid)
+    if run is None:
+        refuse(f"no run {run_uuid[:40]}")
+    try:
+        answer = operations.comparison_json(operations.compare(run, other_uuid))
+    except Refused as exc:
+        refuse(str(exc))
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
+    duration = answer["duration_seconds"]
+    click.echo(f"run       {answer['uuid']}  ({answer['type']})")
+    click.echo(f"with      {answer['with']}")
+    click.echo(
+        f"duration  {duration['run']:g} s vs {duration['with']:g} s ({duration['change']:+g} s)"
+    )
+    for title, name in (
+        ("newly failing", "newly_failing"),
+        ("recovered", "recovered"),
+        ("still failing", "still_failing"),
+    ):
+        changed = answer[name]
+        click.echo(f"\n{title}: {changed['count']}")
+        for unit in changed["units"]:
+            runs = f"  {unit['failing_runs']} runs in a row" if unit["failing_runs"] else ""
+            why = unit["last_error"] if unit["status"] == "failed" else unit["previous_error"]
+            click.echo(f"  {unit['unit_key']}  tenant={unit['tenant_id']}{runs}  {why or ''}")
+    for group in answer["new_error_groups"]:
+        click.echo(f"\nnew error group ({group['count']}, {group['kind']}): {group['reason']}")
+
+
 @tasks_cli.command("retry")
 @click.argument("run_uuid")
 @click.option("--failed-only", is_flag=True, help="Only failed units, not pending or stale ones.")

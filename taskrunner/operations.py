@@ -30,6 +30,7 @@ from taskrunner.ledger import (
     Actor,
     Attention,
     Bucket,
+    Comparison,
     ErrorGroup,
     InvalidCursor,
     Page,
@@ -39,6 +40,7 @@ from taskrunner.ledger import (
 )
 from taskrunner.models import OperatorAction, TaskRun
 from taskrunner.registry import registry
+from taskrunner.reports import comparison as comparison_json
 from taskrunner.reports import csv_lines
 from taskrunner.reports import error_groups as error_groups_json
 from taskrunner.reports import runs_page as runs_json
@@ -52,6 +54,7 @@ __all__ = [
     "Actor",
     "Attention",
     "Bucket",
+    "Comparison",
     "ErrorGroup",
     "InvalidCursor",
     "Page",
@@ -62,6 +65,7 @@ __all__ = [
     "StaleUnits",
     "Throughput",
     "UnitDetail",
+    "comparison_json",
     "csv_lines",
     "error_groups_json",
     "is_uuid",
@@ -234,6 +238,39 @@ def stale_units(
     if run is not None:
         by_run = [item for item in by_run if item[0] == run.uuid]
     return StaleUnits(page, by_run)
+
+
+def compare(run: TaskRun, other_uuid: str | None = None) -> Comparison:
+    """``run`` against ``other_uuid`` (default: the previous run of its type).
+
+    Raises ``Refused`` when there is nothing to compare with: no earlier run of the type,
+    an unknown run, or the run itself.
+    """
+    other = _other_run(run, other_uuid)
+    return ledger.compare.compare(run, other)
+
+
+def compare_counts(run: TaskRun) -> tuple[TaskRun, int, int] | None:
+    """(the previous run of its type, newly failing, recovered); None without one."""
+    other = ledger.compare.previous_run(run)
+    if other is None:
+        return None
+    newly, recovered = ledger.compare.counts(run, other)
+    return other, newly, recovered
+
+
+def _other_run(run: TaskRun, other_uuid: str | None) -> TaskRun:
+    if other_uuid is None:
+        other = ledger.compare.previous_run(run)
+        if other is None:
+            raise Refused(f"no earlier run of {run.type} to compare run {run.uuid} with")
+        return other
+    other = ledger.runs.find_run(other_uuid)
+    if other is None:
+        raise Refused(f"no run {other_uuid[:40]}")
+    if other.id == run.id:
+        raise Refused("a run is compared with another run, not with itself")
+    return other
 
 
 def count_cancellable(run: TaskRun) -> int:

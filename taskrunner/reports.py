@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from database import iso
-from taskrunner.ledger import ErrorGroup, Page, ledger
+from taskrunner.ledger import Comparison, ErrorGroup, Page, ledger
 from taskrunner.models import TaskRun
 from taskrunner.tenant_scope import names_of
 
@@ -110,3 +110,30 @@ def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         buffer.truncate()
     if buffer.getvalue():
         yield buffer.getvalue()
+
+
+def comparison(c: Comparison) -> dict[str, Any]:
+    """Two runs compared (README, "JSON output"): the three sets, new groups, speed."""
+    return {
+        "uuid": c.run.uuid,
+        "with": c.other.uuid,
+        "type": c.run.type,
+        **{
+            name: {"count": changed.count, "units": changed.units}
+            for name, changed in (
+                ("newly_failing", c.newly_failing),
+                ("recovered", c.recovered),
+                ("still_failing", c.still_failing),
+            )
+        },
+        "new_error_groups": [
+            {"reason": g.reason, "kind": g.kind, "where": g.where, "count": g.count}
+            for g in c.new_groups
+        ],
+        "duration_seconds": {
+            "run": round(c.durations[0], 1),
+            "with": round(c.durations[1], 1),
+            "change": round(c.durations[0] - c.durations[1], 1),
+        },
+        "throughput_per_minute": {"run": c.throughputs[0], "with": c.throughputs[1]},
+    }

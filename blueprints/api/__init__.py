@@ -11,6 +11,7 @@ from flask import Blueprint, abort, current_app, jsonify
 from accounts.permissions import permission_required
 from blueprints import params
 from blueprints.api.contract import BACKOFFICE
+from blueprints.backoffice.compare import comparison_or_404
 from blueprints.backoffice.console import search_results
 from blueprints.backoffice.pages import VIEW, paged, run_or_404
 from blueprints.openapi import build
@@ -70,6 +71,12 @@ def unit(run_uuid: str):
 def errors(run_uuid: str):
     run = run_or_404(run_uuid)
     return jsonify(operations.error_groups_json(run, operations.error_groups(run)))
+
+
+@bp.get("/task-runs/<run_uuid>/compare")
+@permission_required(VIEW)
+def compare(run_uuid: str):
+    return jsonify(operations.comparison_json(comparison_or_404(run_uuid)))
 
 
 @bp.get("/stale-units")

@@ -27,6 +27,7 @@ from taskrunner.contract import operations
 
 PREFIX = "/api/v1/backoffice/"
 EXAMPLE_RUN = "9ae2ab2c-fae6-4d40-ae01-7efebf6a42d2"
+EXAMPLE_OTHER_RUN = "4c1d2e3f-0a1b-4c2d-8e3f-5a6b7c8d9e0f"
 STALE_REASONS = ["worker lost", "running too long", "never started"]
 # What an operator types is refused with a 400 when it holds control characters.
 TEXT = {"type": "string", "maxLength": MAX_TEXT, "pattern": "^[^\\u0000-\\u001f]*$"}
@@ -212,6 +213,55 @@ SCHEMAS: dict[str, Any] = {
                         "tenant_sample": array({"type": "integer"}),
                     }
                 )
+            ),
+        }
+    ),
+    "CompareUnit": closed(
+        {
+            **UNIT,
+            "previous_status": nullable(
+                {**UNIT_STATUS, "description": "In the other run; null: not in it."}
+            ),
+            "previous_error": nullable({"type": "string", "description": "Redacted."}),
+            "failing_runs": nullable(
+                {
+                    **COUNT,
+                    "description": "Still failing units: runs of the type in a row, up to "
+                    "this one, the unit failed in (30 at most are read).",
+                }
+            ),
+        }
+    ),
+    "Comparison": closed(
+        {
+            "uuid": UUID,
+            "with": UUID,
+            "type": {"type": "string"},
+            **{
+                name: closed(
+                    {"count": COUNT, "units": {**array(ref("CompareUnit")), "maxItems": 50}}
+                )
+                for name in ("newly_failing", "recovered", "still_failing")
+            },
+            "new_error_groups": array(
+                closed(
+                    {
+                        "reason": {"type": "string"},
+                        "kind": {"type": "string", "enum": FAILURE_KINDS},
+                        "where": nullable({"type": "string"}),
+                        "count": COUNT,
+                    }
+                )
+            ),
+            "duration_seconds": closed(
+                {
+                    "run": {"type": "number"},
+                    "with": {"type": "number"},
+                    "change": {"type": "number"},
+                }
+            ),
+            "throughput_per_minute": closed(
+                {"run": nullable({"type": "number"}), "with": nullable({"type": "number"})}
             ),
         }
     ),
@@ -469,6 +519,51 @@ OPERATIONS: dict[str, Operation] = {
             ),
         ),
         errors=(404,),
+    ),
+    "api.compare": Operation(
+        "compareRuns",
+        "A run against another: newly failing, recovered and still failing units",
+        description="By default against the previous run of the same type. Each set has "
+        "its `count` and its first 50 `units`; a run with no earlier run of its type, or a "
+        "`with` that names no other run, is a 404.",
+        path=(RUN_UUID,),
+        query=(Param("with", "The run to compare with (a uuid).", UUID, EXAMPLE_OTHER_RUN),),
+        replies=(
+            Reply(
+                200,
+                "The comparison.",
+                "Comparison",
+                {
+                    "uuid": EXAMPLE_RUN,
+                    "with": EXAMPLE_OTHER_RUN,
+                    "type": "diagnostics.probe",
+                    "newly_failing": {
+                        "count": 1,
+                        "units": [
+                            {
+                                **UNIT_EXAMPLE,
+                                "previous_status": "completed",
+                                "previous_error": None,
+                                "failing_runs": None,
+                            }
+                        ],
+                    },
+                    "recovered": {"count": 0, "units": []},
+                    "still_failing": {"count": 0, "units": []},
+                    "new_error_groups": [
+                        {
+                            "reason": "unhandled sqlalchemy.exc.OperationalError — see logs, ref #",
+                            "kind": "vendor",
+                            "where": "diagnostics/probe.py:84 in probe",
+                            "count": 1,
+                        }
+                    ],
+                    "duration_seconds": {"run": 3.0, "with": 4.5, "change": -1.5},
+                    "throughput_per_minute": {"run": 20000.0, "with": 13333.3},
+                },
+            ),
+        ),
+        errors=(400, 404),
     ),
     "api.stale_units": Operation(
         "listStaleUnits",

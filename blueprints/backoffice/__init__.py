@@ -5,6 +5,7 @@ from __future__ import annotations
 from blueprints.backoffice import (  # noqa: F401 - routes
     actions,
     attention,
+    compare,
     console,
     exports,
     live,

@@ -129,6 +129,7 @@ def run(run_uuid: str):
         ),
         cap=CAP,
         paused=detail.paused,
+        compared=operations.compare_counts(run),
     )
 
 

@@ -411,6 +411,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
         f"/task-runs/{world.run_uuid}/units",
         f"/task-runs/{world.run_uuid}/errors",
         f"/task-runs/{world.run_uuid}/unit?key=probe-2",
+        f"/task-runs/{world.running_uuid}/compare",
         "/stale-units",
         "/units?key=probe-2",
         "/workers",
@@ -442,6 +443,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
             "/task-runs?cursor=garbage",
             f"/task-runs/{world.run_uuid}/units?limit=0",
             f"/task-runs/{world.run_uuid}/unit",
+            f"/task-runs/{world.running_uuid}/compare?with=%01",
             "/stale-units?cursor=nope",
             "/units",
             "/units?key=a&tenant=1",
@@ -452,6 +454,7 @@ def drive_the_backoffice_api(app: Flask, world: World) -> None:
             "/task-runs/not-a-uuid/units",
             "/task-runs/00000000-0000-4000-8000-000000000000/errors",
             f"/task-runs/{world.run_uuid}/unit?key=no-such-unit",
+            f"/task-runs/{world.run_uuid}/compare",
             "/no-such-read",
         ),
     }
