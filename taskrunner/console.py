@@ -42,12 +42,12 @@ def consumers() -> dict[str, Any]:
             select(ConsumerPresence).order_by(ConsumerPresence.host, ConsumerPresence.started_at)
         ).scalars()
     )
-    unit_ids = []
-    for row in rows:
-        for item in row.running or []:
-            match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
-            if match:
-                unit_ids.append(int(match.group(1)))
+    unit_ids = [
+        unit_id
+        for row in rows
+        for item in [*(row.running or []), *(row.deaths or [])]
+        if (unit_id := _unit_id(item)) is not None
+    ]
     units = ledger.fleet.units_by_ids(unit_ids)
     items = []
     for row in rows:
@@ -80,10 +80,49 @@ def consumers() -> dict[str, Any]:
                 "heartbeat_age_seconds": _age(row.heartbeat_at, now),
                 "state": "live" if live else "lost",
                 "running": running,
+                "worker_deaths": row.worker_deaths or 0,
+                "deaths": [
+                    {
+                        "at": death.get("at"),
+                        "pid": death.get("pid"),
+                        "task_id": death.get("task_id") or None,
+                        "unit": units.get(_unit_id(death)),
+                    }
+                    for death in row.deaths or []
+                ],
             }
         )
     ledger.session.rollback()
     return {"consumers": items}
+
+
+def _unit_id(item: dict[str, Any]) -> int | None:
+    """The unit a worker's Huey task id names (``u<unit id>.<token>``), if it names one."""
+    match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
+    return int(match.group(1)) if match else None
+
+
+def last_ran_by(unit_id: int) -> dict[str, Any] | None:
+    """The consumer and worker pid that ran this unit last, as consumers report it: a
+    worker that died running it, or one running it now (or when its consumer was lost)."""
+    found = None
+    for row in ledger.session.execute(select(ConsumerPresence)).scalars():
+        for item, died in [
+            *((item, False) for item in row.running or []),
+            *((item, True) for item in row.deaths or []),
+        ]:
+            if _unit_id(item) != unit_id:
+                continue
+            when = str(item.get("since") or item.get("at") or "")
+            if found is None or when > found["at"]:
+                found = {
+                    "consumer": row.id,
+                    "host": row.host,
+                    "pid": item.get("pid"),
+                    "at": when,
+                    "died": died,
+                }
+    return found
 
 
 def _parse(value: Any) -> datetime | None:

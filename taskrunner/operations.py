@@ -138,6 +138,8 @@ class UnitDetail:
     events: list[dict[str, Any]]
     paused: bool
     retry_allowed: bool
+    # The consumer and worker pid that ran it last (``console.last_ran_by``), if known.
+    ran_by: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,12 +200,14 @@ def unit_detail(run: TaskRun, unit_key: str) -> UnitDetail | None:
     found = ledger.runs.find_unit(run, unit_key)
     if found is None:
         return None
+    unit_id = ledger.runs.unit_id(run, found["unit_key"])
     return UnitDetail(
         run=run,
         unit=found,
         events=ledger.runs.unit_events(run, found["unit_key"]),
         paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
+        ran_by=console.last_ran_by(unit_id) if unit_id is not None else None,
     )
 
 

@@ -120,7 +120,7 @@ def matching(text: str, limit: int = 20) -> list[dict[str, Any]]:
     if not text:
         return []
     found: list[Tenant] = []
-    if text.isdigit() and 0 < int(text) <= MAX_ID:
+    if text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID:
         tenant = db.session.get(Tenant, int(text))
         if tenant is not None:
             found.append(tenant)

@@ -265,6 +265,15 @@ SCHEMAS: dict[str, Any] = {
             ),
         }
     ),
+    "RunningUnit": closed(
+        {
+            "unit_key": {"type": "string"},
+            "tenant_id": nullable({"type": "integer"}),
+            "status": UNIT_STATUS,
+            "run_uuid": UUID,
+            "type": {"type": "string"},
+        }
+    ),
     "Consumers": closed(
         {
             "consumers": array(
@@ -280,6 +289,20 @@ SCHEMAS: dict[str, Any] = {
                         "heartbeat_at": DATE_TIME,
                         "heartbeat_age_seconds": COUNT,
                         "state": {"type": "string", "enum": ["live", "lost"]},
+                        "worker_deaths": {
+                            **COUNT,
+                            "description": "Process workers found dead (and restarted).",
+                        },
+                        "deaths": array(
+                            closed(
+                                {
+                                    "at": nullable(DATE_TIME),
+                                    "pid": nullable(COUNT),
+                                    "task_id": nullable({"type": "string"}),
+                                    "unit": nullable(ref("RunningUnit")),
+                                }
+                            )
+                        ),
                         "running": array(
                             closed(
                                 {
@@ -288,17 +311,7 @@ SCHEMAS: dict[str, Any] = {
                                     "task_id": {"type": "string"},
                                     "since": nullable(DATE_TIME),
                                     "elapsed_seconds": nullable(COUNT),
-                                    "unit": nullable(
-                                        closed(
-                                            {
-                                                "unit_key": {"type": "string"},
-                                                "tenant_id": nullable({"type": "integer"}),
-                                                "status": UNIT_STATUS,
-                                                "run_uuid": UUID,
-                                                "type": {"type": "string"},
-                                            }
-                                        )
-                                    ),
+                                    "unit": nullable(ref("RunningUnit")),
                                 }
                             )
                         ),
@@ -379,6 +392,7 @@ RUN_LINKS = {
         ("first_run", "getRun", "The first run of the page."),
         ("first_run_units", "listRunUnits", "The units of the first run of the page."),
         ("first_run_errors", "getRunErrors", "The error groups of the first run of the page."),
+        ("first_run_compared", "compareRuns", "The first run of the page against its previous."),
     )
 }
 SAME_RUN = {
@@ -386,6 +400,16 @@ SAME_RUN = {
     for name, operation_id, description in (
         ("units", "listRunUnits", "Every unit of this run."),
         ("errors", "getRunErrors", "This run's failed units grouped by reason."),
+    )
+}
+FIRST_UNIT = {
+    "first_unit": Link(
+        "getRunUnit",
+        {
+            "path.run_uuid": "$request.path.run_uuid",
+            "query.key": "$response.body#/units/0/unit_key",
+        },
+        "The first unit of the page, with its stack.",
     )
 }
 
@@ -448,6 +472,7 @@ OPERATIONS: dict[str, Operation] = {
                 "One page of units.",
                 "UnitPage",
                 {"units": [UNIT_EXAMPLE], "next_cursor": None},
+                links=FIRST_UNIT,
             ),
         ),
         errors=(400, 404),
@@ -653,6 +678,21 @@ OPERATIONS: dict[str, Operation] = {
                             "heartbeat_at": "2026-11-29T10:41:50Z",
                             "heartbeat_age_seconds": 2,
                             "state": "live",
+                            "worker_deaths": 1,
+                            "deaths": [
+                                {
+                                    "at": "2026-11-29T10:41:20Z",
+                                    "pid": 4247,
+                                    "task_id": "u16.9a3b5c7d9e1f2a3b0f2c6a0e8c1e4f7d",
+                                    "unit": {
+                                        "unit_key": "probe-6",
+                                        "tenant_id": None,
+                                        "status": "running",
+                                        "run_uuid": EXAMPLE_RUN,
+                                        "type": "diagnostics.probe",
+                                    },
+                                }
+                            ],
                             "running": [
                                 {
                                     "pid": 4250,

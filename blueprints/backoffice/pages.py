@@ -148,6 +148,7 @@ def unit(run_uuid: str, unit_key: str):
         can_manage=can_manage(),
         retry_allowed=detail.retry_allowed,
         paused=detail.paused,
+        ran_by=detail.ran_by,
     )
 
 

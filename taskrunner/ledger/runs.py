@@ -227,6 +227,16 @@ class RunReads:
             stack=list(unit.stack or []) if unit.status == UnitStatus.FAILED else [],
         )
 
+    def unit_id(self, run: TaskRun, unit_key: str) -> int | None:
+        """The id of the run's unit with this key (what a consumer names it by)."""
+        return self.session.execute(
+            select(TaskRunUnit.id).where(
+                TaskRunUnit.task_run_id == run.id,
+                TaskRunUnit.unit_key == unit_key[:191],
+                not_deleted(TaskRunUnit),
+            )
+        ).scalar_one_or_none()
+
     def unit_events(self, run: TaskRun, unit_key: str, limit: int = 50) -> list[dict[str, Any]]:
         """Events of the run that name this unit (failures and stuck notices), newest first."""
         rows = self.session.execute(
