@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from database import iso, utcnow
 from taskrunner.dispatch import queue_of
-from taskrunner.ledger import is_uuid, ledger
+from taskrunner.ledger import ledger
 from taskrunner.registry import registry
 from taskrunner.reports import run_summary
 from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
@@ -209,21 +209,51 @@ def queues() -> dict[str, Any]:
     }
 
 
-def search(query: str, limit: int = 20) -> dict[str, Any]:
-    """Runs by uuid or uuid prefix (any case), units by key prefix, failed units by error text.
+SECTIONS = ("runs", "units", "errors")
+# A run's uuid as the pages show it (8 characters) or longer: unique, it opens the run.
+RUN_PREFIX = re.compile(r"[0-9a-f]{8}[0-9a-f-]{0,28}")
+
+
+def search(
+    query: str, limit: int = 20, section: str | None = None, page: int = 1
+) -> dict[str, Any]:
+    """Runs by uuid or uuid prefix (any case), units by key prefix, failed units by error text;
+    each counted (up to ``SEARCH_COUNT_CAP``) and paged, ``limit`` a page. ``section``: only
+    that one, at ``page``.
 
     Tenants are looked up by the caller (the runner knows nothing of tenants).
     """
     text = query.strip()
     if not text:
-        return {"query": "", "exact_run": None, "runs": [], "units": [], "errors": []}
-    runs = ledger.fleet.search_runs(text, limit)
-    result = {
-        "query": text,
-        "exact_run": runs[0].uuid if len(runs) == 1 and is_uuid(text.lower()) else None,
-        "runs": [run_summary(run) for run in runs],
-        "units": ledger.fleet.search_unit_keys(text, limit),
-        "errors": ledger.fleet.search_errors(text, limit),
+        return {
+            "query": "",
+            "exact_run": None,
+            "runs": [],
+            "units": [],
+            "errors": [],
+            "counts": dict.fromkeys(SECTIONS, 0),
+        }
+    fleet = ledger.fleet
+    reads = {
+        "runs": (fleet.search_runs, fleet.count_runs),
+        "units": (fleet.search_unit_keys, fleet.count_unit_keys),
+        "errors": (fleet.search_errors, fleet.count_errors),
     }
+    result: dict[str, Any] = {"query": text, "counts": {}}
+    for name, (read, count) in reads.items():
+        if section is not None and name != section:
+            result[name], result["counts"][name] = [], 0
+            continue
+        found = read(text, limit, offset=(page - 1) * limit if name == section else 0)
+        result[name] = found
+        result["counts"][name] = (
+            len(found) if len(found) < limit and name != section else count(text)
+        )
+    runs = result["runs"]
+    unique = result["counts"]["runs"] == 1 and len(runs) == 1
+    result["exact_run"] = (
+        runs[0].uuid if unique and RUN_PREFIX.fullmatch(text.lower()) and section is None else None
+    )
+    result["runs"] = [run_summary(run) for run in runs]
     ledger.session.rollback()
     return result

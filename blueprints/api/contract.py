@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Flask
 
+from blueprints.backoffice.console import SEARCH_SECTIONS
 from blueprints.openapi import (
     DATE_TIME,
     UUID,
@@ -381,6 +382,14 @@ SCHEMAS: dict[str, Any] = {
             ),
             "units": array(ref("UnitHistory")),
             "errors": array(ref("UnitHistory")),
+            "counts": closed(
+                {
+                    name: {**COUNT, "maximum": 1000}
+                    for name in ("tenants", "runs", "units", "errors")
+                },
+            ),
+            "section": nullable({"type": "string", "enum": list(SEARCH_SECTIONS)}),
+            "page": {"type": "integer", "minimum": 1, "maximum": 50},
         }
     ),
     "OpenApiDocument": {"type": "object", "required": ["openapi", "info", "paths"]},
@@ -760,8 +769,24 @@ OPERATIONS: dict[str, Operation] = {
         "search",
         "Runs by uuid or prefix, tenants by name or id, units by key prefix, errors by text",
         description="Error text is looked up in the failed units of the newest 500 runs. "
-        "`exact_run` names the one run a full uuid matched.",
-        query=(Param("q", "What to look for; blank finds nothing.", TEXT, "acme"),),
+        "`exact_run` names the one run a uuid prefix of 8 characters or more matched. "
+        "`counts` says how many of each kind matched (counted up to 1,000); `in` and `page` "
+        "page through one kind, 20 at a time.",
+        query=(
+            Param("q", "What to look for; blank finds nothing.", TEXT, "acme"),
+            Param(
+                "in",
+                "Only this kind of match (required with `page`).",
+                {"type": "string", "enum": list(SEARCH_SECTIONS)},
+                "tenants",
+            ),
+            Param(
+                "page",
+                "The page of that kind, from 1.",
+                {"type": "integer", "minimum": 1, "maximum": 50, "default": 1},
+                1,
+            ),
+        ),
         replies=(
             Reply(
                 200,
@@ -781,6 +806,9 @@ OPERATIONS: dict[str, Operation] = {
                     ],
                     "units": [],
                     "errors": [],
+                    "counts": {"tenants": 1, "runs": 0, "units": 0, "errors": 0},
+                    "section": None,
+                    "page": 1,
                 },
             ),
         ),
