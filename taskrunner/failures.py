@@ -17,6 +17,7 @@ file (relative to the project or to the library it lies in), line and function o
 
 from __future__ import annotations
 
+import functools
 import http.client
 import importlib
 import logging
@@ -92,6 +93,7 @@ _LIBRARIES = sorted(
 )
 
 
+@functools.lru_cache(maxsize=1024)
 def _where(filename: str) -> tuple[str, bool]:
     """(file relative to the library or the project, whether it is the project's own)."""
     path = Path(filename)
@@ -110,7 +112,11 @@ def _where(filename: str) -> tuple[str, bool]:
 def stack_of(exc: BaseException) -> list[dict[str, Any]]:
     """The frames of ``exc``'s traceback, innermost last: file, line, function, own."""
     try:
-        frames = traceback.extract_tb(exc.__traceback__)[-MAX_FRAMES:]
+        # No source lines are read (``lookup_lines``), no locals captured: a failure costs
+        # a walk of its frames, not a file read per frame.
+        frames = traceback.StackSummary.extract(
+            traceback.walk_tb(exc.__traceback__), lookup_lines=False
+        )[-MAX_FRAMES:]
         stack = []
         for frame in frames:
             file, own = _where(frame.filename)
