@@ -411,6 +411,16 @@ SAME_RUN = {
         ("errors", "getRunErrors", "This run's failed units grouped by reason."),
     )
 }
+LISTED_UNIT = {
+    "first_unit": Link(
+        "getRunUnit",
+        {
+            "path.run_uuid": "$response.body#/units/0/run_uuid",
+            "query.key": "$response.body#/units/0/unit_key",
+        },
+        "The first unit of the page, with its stack.",
+    )
+}
 FIRST_UNIT = {
     "first_unit": Link(
         "getRunUnit",
@@ -625,6 +635,7 @@ OPERATIONS: dict[str, Operation] = {
                     ],
                     "next_cursor": None,
                 },
+                links=LISTED_UNIT,
             ),
         ),
         errors=(400,),
@@ -660,6 +671,7 @@ OPERATIONS: dict[str, Operation] = {
                     ],
                     "next_cursor": None,
                 },
+                links=LISTED_UNIT,
             ),
         ),
         errors=(400,),
