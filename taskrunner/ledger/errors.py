@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from security.refs import REF_CODE
 from taskrunner.failures import innermost_own, stored_kind
 from taskrunner.ledger.records import not_deleted
-from taskrunner.models import TaskRun, TaskRunUnit
+from taskrunner.models import OperatorAction, TaskRun, TaskRunUnit
 from taskrunner.types import UnitStatus
 
 # Digits and error references vary between otherwise identical reasons ("probe unit 7
@@ -74,6 +74,16 @@ class ErrorReads:
     def __init__(self, session: Session) -> None:
         self.session = session
 
+    def _retried(self, run: TaskRun) -> bool:
+        return (
+            self.session.execute(
+                select(OperatorAction.id)
+                .where(OperatorAction.task_run_id == run.id, OperatorAction.action == "retry")
+                .limit(1)
+            ).first()
+            is not None
+        )
+
     def error_groups(self, run: TaskRun, limit: int = 50) -> list[ErrorGroup]:
         """Failed units grouped by their redacted reason (numbers folded), biggest first.
 
@@ -87,6 +97,9 @@ class ErrorReads:
         else:
             tenants = func.group_concat(TaskRunUnit.tenant_id.distinct())
         reason = folded_reason(self.session)
+        # Only a run an operator retried has units retrying under an old reason: the others
+        # read their failed units alone (a big running run's active units are not walked).
+        statuses = _IN_A_GROUP if self._retried(run) else (UnitStatus.FAILED,)
         grouped = (
             select(
                 reason.label("reason"),
@@ -100,7 +113,7 @@ class ErrorReads:
             )
             .where(
                 TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.status.in_(_IN_A_GROUP),
+                TaskRunUnit.status.in_(statuses),
                 TaskRunUnit.last_error.is_not(None),
                 not_deleted(TaskRunUnit),
             )
