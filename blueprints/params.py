@@ -59,6 +59,16 @@ def limit(default: int = 50, maximum: int = 200) -> int:
     return int(raw)
 
 
+def page(maximum: int = 50) -> int:
+    """A 1-based page number (``page``), bounded: a search pages through its first matches."""
+    raw = request.args.get("page", "")
+    if not raw:
+        return 1
+    if not _digits(raw, maximum) or int(raw) < 1:
+        abort(400, description=f"page must be a whole number from 1 to {maximum}")
+    return int(raw)
+
+
 def tenant(name: str = "tenant") -> int | None:
     raw = request.args.get(name, "")
     if not raw:

@@ -1,9 +1,10 @@
 """``diagnostics.probe``: a task type for checking a deployment end to end.
 
-Context: ``{"units": N, "fail_every": k, "vendor_fail_every": j, "sleep_ms": m}``,
-whole numbers, absent keys 0 (never); any other key or value is refused before a run
-exists. Unit i (from 1) sleeps m ms, then fails with a domain error if k divides i,
-else with a driver-style error carrying fake secrets if j divides i, else succeeds.
+Context: ``{"units": N, "fail_every": k, "vendor_fail_every": j, "crash_every": c,
+"sleep_ms": m}``, whole numbers, absent keys 0 (never); any other key or value is refused
+before a run exists. Unit i (from 1) sleeps m ms, then fails with a domain error if k
+divides i, else with a driver-style error carrying fake secrets if j divides i, else
+crashes (a KeyError raised from the probe's own code) if c divides i, else succeeds.
 The same unit fails the same way on every attempt.
 """
 
@@ -27,7 +28,9 @@ from taskrunner.contract import (
 TYPE = "diagnostics.probe"
 FAKE_SECRET = "sk_live_PROBE_SECRET"
 FAKE_CARD = "4111 1111 1111 1111"
-CONTEXT = dict.fromkeys(("units", "fail_every", "vendor_fail_every", "sleep_ms"), int)
+CONTEXT = dict.fromkeys(
+    ("units", "fail_every", "vendor_fail_every", "crash_every", "sleep_ms"), int
+)
 
 
 class ProbeFailed(TaskReportableError):
@@ -41,6 +44,11 @@ def _number(context: Mapping[str, Any], key: str) -> int:
 
 def unit_number(unit: TaskUnit) -> int:
     return int(unit.key.rsplit("-", 1)[1])
+
+
+def _read_settings(settings: Mapping[str, Any], i: int) -> Any:
+    """A bug on purpose: a key no one set (its message and locals are never kept)."""
+    return settings[f"missing-setting-{i}"]
 
 
 class ProbeTask:
@@ -62,6 +70,7 @@ class ProbeTask:
         i = unit_number(unit)
         fail_every = _number(context, "fail_every")
         vendor_every = _number(context, "vendor_fail_every")
+        crash_every = _number(context, "crash_every")
         sleep_ms = _number(context, "sleep_ms")
 
         def probe() -> None:
@@ -76,6 +85,8 @@ class ProbeTask:
                     {"token": FAKE_SECRET, "card": FAKE_CARD},
                     ConnectionError(f"server closed the connection; token={FAKE_SECRET}"),
                 )
+            if crash_every and i % crash_every == 0:
+                _read_settings({"token": FAKE_SECRET}, i)
 
         return probe
 

@@ -84,8 +84,19 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
 @click.argument("run_uuid", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 500))
-def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
+@click.option(
+    "--reason",
+    help="Every failed unit of this error group (its reason as the error groups show it).",
+)
+@click.option("--csv", "as_csv", is_flag=True, help="The units as CSV (with --reason: its group).")
+def status_command(
+    run_uuid: str | None, as_json: bool, limit: int, reason: str | None, as_csv: bool
+) -> None:
     """Recent runs, or one run with its counts and failed and stale units."""
+    if (reason is not None or as_csv) and run_uuid is None:
+        raise click.UsageError("--reason and --csv need a RUN_UUID")
+    if reason is not None and not reason.strip():
+        raise click.UsageError("--reason needs the text of an error group")
     if run_uuid is None:
         runs = operations.runs_json(operations.runs_page(limit=limit))["runs"]
         if as_json:
@@ -103,11 +114,34 @@ def status_command(run_uuid: str | None, as_json: bool, limit: int) -> None:
     run = ledger.runs.find_run(run_uuid)
     if run is None:
         refuse(f"no run {run_uuid}")
+    if reason is not None or as_csv:
+        _print_units(run, reason, as_json, as_csv)
+        return
     detail = operations.run_report(run)
     if as_json:
         click.echo(json.dumps(detail, indent=2))
         return
     _print_detail(detail)
+
+
+def _print_units(run: Any, reason: str | None, as_json: bool, as_csv: bool) -> None:
+    """A group's units (or every unit of the run, for ``--csv`` alone), all of them."""
+    rows = operations.export_units(run, reason=reason)
+    if as_csv:
+        for line in operations.csv_lines(rows):
+            click.echo(line, nl=False)
+        return
+    if as_json:
+        click.echo(json.dumps({"uuid": run.uuid, "reason": reason, "units": list(rows)}, indent=2))
+        return
+    count = 0
+    for row in rows:
+        count += 1
+        click.echo(
+            f"{row['unit_key']}  tenant={row['tenant_id']}  attempts={row['attempts']}  "
+            f"kind={row['kind']}  {row['reason'] or ''}"
+        )
+    click.echo(f"{plural(count, 'unit')} in the error group {reason!r}", err=True)
 
 
 def _print_detail(detail: dict[str, Any]) -> None:
@@ -130,10 +164,48 @@ def _print_detail(detail: dict[str, Any]) -> None:
             for unit in detail[key]:
                 why = unit["stale_reason"] if key == "stale_units" else unit["last_error"]
                 stale = " [stale]" if unit["stale"] and key == "failed_units" else ""
+                kind = f"  kind={unit['kind']}" if unit.get("kind") else ""
                 click.echo(
                     f"  {unit['unit_key']}  tenant={unit['tenant_id']}  "
-                    f"attempts={unit['attempts']}{stale}  {why}"
+                    f"attempts={unit['attempts']}{kind}{stale}  {why}"
                 )
+
+
+@tasks_cli.command("compare")
+@click.argument("run_uuid")
+@click.argument("other_uuid", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON API's shape.")
+def compare_command(run_uuid: str, other_uuid: str | None, as_json: bool) -> None:
+    """A run against another (default: the previous run of its type)."""
+    run = ledger.runs.find_run(run_uuid)
+    if run is None:
+        refuse(f"no run {run_uuid[:40]}")
+    try:
+        answer = operations.comparison_json(operations.compare(run, other_uuid))
+    except Refused as exc:
+        refuse(str(exc))
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
+    duration = answer["duration_seconds"]
+    click.echo(f"run       {answer['uuid']}  ({answer['type']})")
+    click.echo(f"with      {answer['with']}")
+    click.echo(
+        f"duration  {duration['run']:g} s vs {duration['with']:g} s ({duration['change']:+g} s)"
+    )
+    for title, name in (
+        ("newly failing", "newly_failing"),
+        ("recovered", "recovered"),
+        ("still failing", "still_failing"),
+    ):
+        changed = answer[name]
+        click.echo(f"\n{title}: {changed['count']}")
+        for unit in changed["units"]:
+            runs = f"  {unit['failing_runs']} runs in a row" if unit["failing_runs"] else ""
+            why = unit["last_error"] if unit["status"] == "failed" else unit["previous_error"]
+            click.echo(f"  {unit['unit_key']}  tenant={unit['tenant_id']}{runs}  {why or ''}")
+    for group in answer["new_error_groups"]:
+        click.echo(f"\nnew error group ({group['count']}, {group['kind']}): {group['reason']}")
 
 
 @tasks_cli.command("retry")

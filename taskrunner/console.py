@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from database import iso, utcnow
 from taskrunner.dispatch import queue_of
-from taskrunner.ledger import is_uuid, ledger
+from taskrunner.ledger import ledger
 from taskrunner.registry import registry
 from taskrunner.reports import run_summaries
 from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
@@ -42,12 +42,12 @@ def consumers() -> dict[str, Any]:
             select(ConsumerPresence).order_by(ConsumerPresence.host, ConsumerPresence.started_at)
         ).scalars()
     )
-    unit_ids = []
-    for row in rows:
-        for item in row.running or []:
-            match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
-            if match:
-                unit_ids.append(int(match.group(1)))
+    unit_ids = [
+        unit_id
+        for row in rows
+        for item in [*(row.running or []), *(row.deaths or [])]
+        if (unit_id := _unit_id(item)) is not None
+    ]
     units = ledger.fleet.units_by_ids(unit_ids)
     items = []
     for row in rows:
@@ -80,10 +80,49 @@ def consumers() -> dict[str, Any]:
                 "heartbeat_age_seconds": _age(row.heartbeat_at, now),
                 "state": "live" if live else "lost",
                 "running": running,
+                "worker_deaths": row.worker_deaths or 0,
+                "deaths": [
+                    {
+                        "at": death.get("at"),
+                        "pid": death.get("pid"),
+                        "task_id": death.get("task_id") or None,
+                        "unit": units.get(_unit_id(death)),
+                    }
+                    for death in row.deaths or []
+                ],
             }
         )
     ledger.session.rollback()
     return {"consumers": items}
+
+
+def _unit_id(item: dict[str, Any]) -> int | None:
+    """The unit a worker's Huey task id names (``u<unit id>.<token>``), if it names one."""
+    match = UNIT_TASK_ID.match(str(item.get("task_id", "")))
+    return int(match.group(1)) if match else None
+
+
+def last_ran_by(unit_id: int) -> dict[str, Any] | None:
+    """The consumer and worker pid that ran this unit last, as consumers report it: a
+    worker that died running it, or one running it now (or when its consumer was lost)."""
+    found = None
+    for row in ledger.session.execute(select(ConsumerPresence)).scalars():
+        for item, died in [
+            *((item, False) for item in row.running or []),
+            *((item, True) for item in row.deaths or []),
+        ]:
+            if _unit_id(item) != unit_id:
+                continue
+            when = str(item.get("since") or item.get("at") or "")
+            if found is None or when > found["at"]:
+                found = {
+                    "consumer": row.id,
+                    "host": row.host,
+                    "pid": item.get("pid"),
+                    "at": when,
+                    "died": died,
+                }
+    return found
 
 
 def _parse(value: Any) -> datetime | None:
@@ -170,21 +209,51 @@ def queues() -> dict[str, Any]:
     }
 
 
-def search(query: str, limit: int = 20) -> dict[str, Any]:
-    """Runs by uuid or uuid prefix (any case), units by key prefix, failed units by error text.
+SECTIONS = ("runs", "units", "errors")
+# A run's uuid as the pages show it (8 characters) or longer: unique, it opens the run.
+RUN_PREFIX = re.compile(r"[0-9a-f]{8}[0-9a-f-]{0,28}")
+
+
+def search(
+    query: str, limit: int = 20, section: str | None = None, page: int = 1
+) -> dict[str, Any]:
+    """Runs by uuid or uuid prefix (any case), units by key prefix, failed units by error text;
+    each counted (up to ``SEARCH_COUNT_CAP``) and paged, ``limit`` a page. ``section``: only
+    that one, at ``page``.
 
     Tenants are looked up by the caller (the runner knows nothing of tenants).
     """
     text = query.strip()
     if not text:
-        return {"query": "", "exact_run": None, "runs": [], "units": [], "errors": []}
-    runs = ledger.fleet.search_runs(text, limit)
-    result = {
-        "query": text,
-        "exact_run": runs[0].uuid if len(runs) == 1 and is_uuid(text.lower()) else None,
-        "runs": run_summaries(runs),
-        "units": ledger.fleet.search_unit_keys(text, limit),
-        "errors": ledger.fleet.search_errors(text, limit),
+        return {
+            "query": "",
+            "exact_run": None,
+            "runs": [],
+            "units": [],
+            "errors": [],
+            "counts": dict.fromkeys(SECTIONS, 0),
+        }
+    fleet = ledger.fleet
+    reads = {
+        "runs": (fleet.search_runs, fleet.count_runs),
+        "units": (fleet.search_unit_keys, fleet.count_unit_keys),
+        "errors": (fleet.search_errors, fleet.count_errors),
     }
+    result: dict[str, Any] = {"query": text, "counts": {}}
+    for name, (read, count) in reads.items():
+        if section is not None and name != section:
+            result[name], result["counts"][name] = [], 0
+            continue
+        found = read(text, limit, offset=(page - 1) * limit if name == section else 0)
+        result[name] = found
+        result["counts"][name] = (
+            len(found) if len(found) < limit and name != section else count(text)
+        )
+    runs = result["runs"]
+    unique = result["counts"]["runs"] == 1 and len(runs) == 1
+    result["exact_run"] = (
+        runs[0].uuid if unique and RUN_PREFIX.fullmatch(text.lower()) and section is None else None
+    )
+    result["runs"] = run_summaries(runs)
     ledger.session.rollback()
     return result

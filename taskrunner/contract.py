@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from taskrunner import metrics, operations
 from taskrunner.events import Event, declare, known_events, subscribe
+from taskrunner.failures import register_vendor_error
 from taskrunner.jobs import contained, gate
 from taskrunner.ledger import ledger
 from taskrunner.ledger.stale_rules import Tracked, lost_before, stale_filter
@@ -40,6 +41,7 @@ from taskrunner.registry import registry
 from taskrunner.runner import start as start_run
 from taskrunner.single import tracked_job
 from taskrunner.tenant_scope import bind as bind_tenant_context
+from taskrunner.tenant_scope import bind_names as bind_tenant_names
 from taskrunner.types import (
     ACTIVE_UNIT,
     TERMINAL_RUN,
@@ -88,6 +90,7 @@ __all__ = [
     "UnitStatus",
     "bind_scrubber",
     "bind_tenant_context",
+    "bind_tenant_names",
     "bounded",
     "check_context",
     "contained",
@@ -107,6 +110,7 @@ __all__ = [
     "redact",
     "register",
     "register_domain_error",
+    "register_vendor_error",
     "run_lock",
     "stale_filter",
     "start_run",

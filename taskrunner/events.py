@@ -70,7 +70,8 @@ class RunFailed(Event):
 
 @dataclass(frozen=True, slots=True)
 class UnitFailed(Event):
-    """A unit failed; ``reason`` is the same redacted text as the ledger's ``last_error``."""
+    """A unit failed; ``reason`` is the same redacted text as the ledger's ``last_error``,
+    ``kind`` the failure's kind: ``domain``, ``vendor``, ``crash`` or ``expired``."""
 
     name: ClassVar[str] = "tasks.unit.failed"
     run_uuid: str
@@ -79,6 +80,7 @@ class UnitFailed(Event):
     tenant_id: int | None
     attempts: int
     reason: str
+    kind: str = "domain"
 
 
 @dataclass(frozen=True, slots=True)

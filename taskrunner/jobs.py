@@ -28,9 +28,10 @@ from database import Outage, epoch
 from extensions import db
 from taskrunner import tenant_scope
 from taskrunner.dispatch import RATE_LIMIT_PREFIX, RUN_UNIT, enqueue_unit, queue_of
+from taskrunner.failures import Failure
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import EXPIRED, Claim, ledger
-from taskrunner.redaction import redact, store_reason
+from taskrunner.redaction import store_reason
 from taskrunner.registry import registry
 from taskrunner.soft_timeout import soft_timeouts
 from taskrunner.types import TaskDefinition
@@ -89,17 +90,25 @@ def contained(work: Callable[[], T], what: str, timed_out: str) -> tuple[T | Non
     for a timeout, else the redacted reason. Anything it raises, ``SystemExit`` included,
     is its failure, logged with its traceback; only the consumer's stop goes on to Huey,
     which hands the work back."""
+    done, failure = contained_failure(work, what, timed_out)
+    return done, failure.reason if failure else None
+
+
+def contained_failure(
+    work: Callable[[], T], what: str, timed_out: str
+) -> tuple[T | None, Failure | None]:
+    """``contained``, with the failure's kind and redacted stack besides its reason."""
     try:
         return work(), None
-    except TaskTimeout:
+    except TaskTimeout as exc:
         db.session.rollback()
         logger.warning("%s timed out", what)
-        return None, timed_out
+        return None, Failure.timeout(timed_out, exc)
     except BaseException as exc:
         raise_if_stopping(exc)
         db.session.rollback()
         logger.exception("%s failed", what)
-        return None, redact(exc)
+        return None, Failure.of(exc)
 
 
 def expired(
@@ -156,10 +165,10 @@ def run_unit(
     claim = gate(what, lambda: ledger.transitions.claim(unit_id, token))
     if claim is None:
         return  # redelivered, duplicated, superseded or cancelled: not ours
-    reason = _run_contained(claim)
+    failure = _run_contained(claim)
     # The work is done: its outcome waits for the database rather than being lost.
     settled = outages.patiently(
-        lambda: _settle_afresh(claim, reason), f"recording {what}'s outcome", time.sleep
+        lambda: _settle_afresh(claim, failure), f"recording {what}'s outcome", time.sleep
     )
     if settled is None:
         # Retried or handed back while this job ran (a partitioned or slow worker): the
@@ -168,42 +177,45 @@ def run_unit(
             "Unit %s of run %s %s under a superseded dispatch token; outcome ignored",
             claim.unit.key,
             claim.run.uuid,
-            "completed" if reason is None else "failed",
+            "completed" if failure is None else "failed",
         )
 
 
-def _settle_afresh(claim: Claim, reason: str | None) -> bool | None:
+def _settle_afresh(claim: Claim, failure: Failure | None) -> bool | None:
     """``_settle``, its session rolled back when the database failed under it (the next
     attempt starts clean)."""
     try:
-        return _settle(claim, reason)
+        return _settle(claim, failure)
     except DBAPIError:
         db.session.rollback()
         raise
 
 
-def _settle(claim: Claim, reason: str | None) -> bool | None:
+def _settle(claim: Claim, failure: Failure | None) -> bool | None:
     """Record the outcome; None when this job no longer held the unit.
 
     A completion is one transaction that also looks for another active unit of the
     run: only the run's tail pays for ``finalize``. A failure writes its event and
     always checks.
     """
-    if reason is None:
+    if failure is None:
         outcome = ledger.transitions.complete_and_look(claim)
         if not outcome.settled:
             return None
         if outcome.maybe_last:
             ledger.transitions.finalize(claim.run.id)
         return True
-    if not store_reason(lambda text: ledger.transitions.fail(claim, text), reason):
+    if not store_reason(
+        lambda text: ledger.transitions.fail(claim, text, failure.kind, failure.stack),
+        failure.reason,
+    ):
         return None
     ledger.transitions.finalize(claim.run.id)
     return True
 
 
-def _run_contained(claim: Claim) -> str | None:
-    """Run the unit's job; None if it succeeded, else the reason it failed."""
+def _run_contained(claim: Claim) -> Failure | None:
+    """Run the unit's job; None if it succeeded, else how it failed."""
     info = claim.run
     definition = registry.find(info.type)
 
@@ -216,12 +228,12 @@ def _run_contained(claim: Claim) -> str | None:
 
     timeout = definition.options().timeout if definition else None
     with heartbeat.beating(claim.unit_id, claim.token):
-        _done, reason = contained(
+        _done, failure = contained_failure(
             work,
             f"Unit {claim.unit.key} of run {info.uuid} ({info.type})",
             f"timeout: ran longer than {timeout} s",
         )
-    return reason
+    return failure
 
 
 def _time_limit(definition: TaskDefinition) -> AbstractContextManager[None]:

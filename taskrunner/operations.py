@@ -14,7 +14,7 @@ they return, so no connection is held while the caller sleeps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +31,7 @@ from taskrunner.ledger import (
     Actor,
     Attention,
     Bucket,
+    Comparison,
     ErrorGroup,
     InvalidCursor,
     Page,
@@ -40,6 +41,8 @@ from taskrunner.ledger import (
 )
 from taskrunner.models import OperatorAction, TaskRun
 from taskrunner.registry import registry
+from taskrunner.reports import comparison as comparison_json
+from taskrunner.reports import csv_lines
 from taskrunner.reports import error_groups as error_groups_json
 from taskrunner.reports import runs_page as runs_json
 from taskrunner.reports import schedule as schedule_json
@@ -55,6 +58,7 @@ __all__ = [
     "Actor",
     "Attention",
     "Bucket",
+    "Comparison",
     "ErrorGroup",
     "InvalidCursor",
     "Page",
@@ -68,6 +72,8 @@ __all__ = [
     "StaleUnits",
     "Throughput",
     "UnitDetail",
+    "comparison_json",
+    "csv_lines",
     "error_groups_json",
     "is_uuid",
     "runs_json",
@@ -150,6 +156,8 @@ class UnitDetail:
     events: list[dict[str, Any]]
     paused: bool
     retry_allowed: bool
+    # The consumer and worker pid that ran it last (``console.last_ran_by``), if known.
+    ran_by: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,19 +218,81 @@ def unit_detail(run: TaskRun, unit_key: str) -> UnitDetail | None:
     found = ledger.runs.find_unit(run, unit_key)
     if found is None:
         return None
+    unit_id = ledger.runs.unit_id(run, found["unit_key"])
     return UnitDetail(
         run=run,
         unit=found,
         events=ledger.runs.unit_events(run, found["unit_key"]),
         paused=ledger.actions.is_paused(run.type),
         retry_allowed=retry_allowed(run),
+        ran_by=console.last_ran_by(unit_id) if unit_id is not None else None,
     )
 
 
-def stale_units(limit: int = 100, cursor: str | None = None) -> StaleUnits:
-    """Stale units across running runs, oldest first; raises ``InvalidCursor``."""
-    page = ledger.fleet.stale_units_page(limit=limit, cursor=cursor)
-    return StaleUnits(page, ledger.fleet.stale_counts_by_run() if page.items else [])
+EXPORT_PAGE = 500
+
+
+def export_units(
+    run: TaskRun, reason: str | None = None, status: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """Every unit of the run (``reason``: of one error group), as exported, page by page."""
+    cursor = None
+    while True:
+        page = _released(
+            lambda cursor=cursor: ledger.runs.run_units_page(
+                run, status=status, reason=reason, limit=EXPORT_PAGE, cursor=cursor
+            )
+        )
+        yield from reports.export_rows(page.items)
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+def stale_units(
+    limit: int = 100, cursor: str | None = None, run: TaskRun | None = None
+) -> StaleUnits:
+    """Stale units across running runs (or of one), oldest first; raises ``InvalidCursor``."""
+    page = ledger.fleet.stale_units_page(
+        limit=limit, cursor=cursor, run_id=run.id if run is not None else None
+    )
+    by_run = ledger.fleet.stale_counts_by_run() if page.items else []
+    if run is not None:
+        by_run = [item for item in by_run if item[0] == run.uuid]
+    return StaleUnits(page, by_run)
+
+
+def compare(run: TaskRun, other_uuid: str | None = None) -> Comparison:
+    """``run`` against ``other_uuid`` (default: the previous run of its type).
+
+    Raises ``Refused`` when there is nothing to compare with: no earlier run of the type,
+    an unknown run, or the run itself.
+    """
+    other = _other_run(run, other_uuid)
+    return ledger.compare.compare(run, other)
+
+
+def compare_counts(run: TaskRun) -> tuple[TaskRun, int, int] | None:
+    """(the previous run of its type, newly failing, recovered); None without one."""
+    other = ledger.compare.previous_run(run)
+    if other is None:
+        return None
+    newly, recovered = ledger.compare.counts(run, other)
+    return other, newly, recovered
+
+
+def _other_run(run: TaskRun, other_uuid: str | None) -> TaskRun:
+    if other_uuid is None:
+        other = ledger.compare.previous_run(run)
+        if other is None:
+            raise Refused(f"no earlier run of {run.type} to compare run {run.uuid} with")
+        return other
+    other = ledger.runs.find_run(other_uuid)
+    if other is None:
+        raise Refused(f"no run {other_uuid[:40]}")
+    if other.id == run.id:
+        raise Refused("a run is compared with another run, not with itself")
+    return other
 
 
 def count_cancellable(run: TaskRun) -> int:

@@ -163,20 +163,3 @@ def store_reason(write: Callable[[str], T], reason: str) -> T:
         logger.exception("A failure's reason could not be stored; a fixed reason stands in")
         db.session.rollback()
         return write(UNSTORABLE)
-
-
-# What a stored reason says about a retry (the error groups page and its JSON).
-VENDOR, DOMAIN, EXPIRED_KIND = "vendor", "domain", "expired"
-_VENDOR_PREFIXES = ("unhandled ", "timeout: ", "dispatch failed: unhandled ")
-
-
-def reason_kind(reason: str | None) -> str:
-    """``vendor``: an error of a driver, framework or client (``unhandled … see logs``, a
-    timeout), often transient, worth a retry. ``domain``: the module's own refusal, which
-    a retry meets again until the data changes. ``expired``: never ran in time."""
-    text = reason or ""
-    if text.startswith("expired: "):
-        return EXPIRED_KIND
-    if text.startswith(_VENDOR_PREFIXES) or " — see logs" in text:
-        return VENDOR
-    return DOMAIN

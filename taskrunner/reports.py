@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from database import iso
-from taskrunner.ledger import ErrorGroup, Page, ledger
+from taskrunner.ledger import Comparison, ErrorGroup, Page, ledger
 from taskrunner.models import TaskRun
+from taskrunner.tenant_scope import names_of
 
 UNIT_LIST_CAP = 100
+# A group's units as exported (the pages' CSV and JSON, ``tasks status --reason --csv``).
+EXPORT_COLUMNS = ("tenant_id", "tenant_name", "unit_key", "attempts", "kind", "reason", "finished")
+# A spreadsheet runs a cell starting with one of these as a formula: a tenant's name or a
+# reason is data, never a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def run_summary(run: TaskRun, counts: dict[str, int] | None = None) -> dict[str, Any]:
@@ -63,8 +72,10 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
             {
                 "reason": g.reason,
                 "kind": g.kind,
+                "where": g.where,
                 "example": g.example,
                 "count": g.count,
+                "retrying": g.retrying,
                 "tenants": g.tenants,
                 "tenant_sample": g.tenant_sample,
             }
@@ -113,3 +124,66 @@ def schedule(view: Any) -> dict[str, Any]:
 
 def schedules(views: list[Any]) -> dict[str, Any]:
     return {"schedules": [schedule(view) for view in views]}
+
+
+def export_rows(units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Unit dicts as exported: the tenant named, the reason and finish time as shown."""
+    names = names_of(u["tenant_id"] for u in units)
+    return [
+        {
+            "tenant_id": u["tenant_id"],
+            "tenant_name": names.get(u["tenant_id"]) if u["tenant_id"] is not None else None,
+            "unit_key": u["unit_key"],
+            "attempts": u["attempts"],
+            "kind": u["kind"],
+            "reason": u["last_error"],
+            "finished": u["finished_at"],
+        }
+        for u in units
+    ]
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The header, then one CSV line per exported row (streamed: a group may be large)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(EXPORT_COLUMNS)
+    for row in rows:
+        writer.writerow([_cell(row[column]) for column in EXPORT_COLUMNS])
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    if buffer.getvalue():
+        yield buffer.getvalue()
+
+
+def comparison(c: Comparison) -> dict[str, Any]:
+    """Two runs compared (README, "JSON output"): the three sets, new groups, speed."""
+    return {
+        "uuid": c.run.uuid,
+        "with": c.other.uuid,
+        "type": c.run.type,
+        **{
+            name: {"count": changed.count, "units": changed.units}
+            for name, changed in (
+                ("newly_failing", c.newly_failing),
+                ("recovered", c.recovered),
+                ("still_failing", c.still_failing),
+            )
+        },
+        "new_error_groups": [
+            {"reason": g.reason, "kind": g.kind, "where": g.where, "count": g.count}
+            for g in c.new_groups
+        ],
+        "duration_seconds": {
+            "run": round(c.durations[0], 1),
+            "with": round(c.durations[1], 1),
+            "change": round(c.durations[0] - c.durations[1], 1),
+        },
+        "throughput_per_minute": {"run": c.throughputs[0], "with": c.throughputs[1]},
+    }

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from taskrunner.failures import Failure
 from taskrunner.ledger import ledger
-from taskrunner.redaction import redact
 from taskrunner.types import TaskUnit
 from taskrunner.unit_rules import checked_units
 
@@ -40,7 +40,8 @@ def settle_here(
             work(claim.unit)
         except Exception as exc:
             ledger.session.rollback()
-            ledger.transitions.fail(claim, redact(exc))
+            failure = Failure.of(exc)
+            ledger.transitions.fail(claim, failure.reason, failure.kind, failure.stack)
         else:
             ledger.transitions.complete(claim)
     ledger.transitions.finalize(dispatch.run_id)

@@ -24,9 +24,10 @@ from huey.exceptions import CancelExecution, TaskTimeout
 
 from extensions import db
 from taskrunner import tenant_scope
+from taskrunner.failures import Failure
 from taskrunner.heartbeat import heartbeat
 from taskrunner.ledger import ledger
-from taskrunner.redaction import redact, store_reason
+from taskrunner.redaction import store_reason
 from taskrunner.types import PermanentError, TaskRunnerError, TaskUnit
 from tasks.interrupts import raise_if_stopping
 from tasks.queues import queues
@@ -101,11 +102,12 @@ def execute_attempt(
     except BaseException as exc:
         raise_if_stopping(exc)
         db.session.rollback()
-        reason = (
-            f"timeout: ran longer than {task.timeout} s"
+        failure = (
+            Failure.timeout(f"timeout: ran longer than {task.timeout} s", exc)
             if isinstance(exc, TaskTimeout)
-            else redact(exc)
+            else Failure.of(exc)
         )
+        reason = failure.reason
         final = isinstance(exc, PermanentError) or not task.retries
         if not final:
             logger.warning(
@@ -120,7 +122,9 @@ def execute_attempt(
         logger.exception(
             "%s (%s) failed for good after %d attempts", type_, unit.key, claim.attempts
         )
-        if store_reason(lambda text: ledger.transitions.fail(claim, text), reason):
+        if store_reason(
+            lambda text: ledger.transitions.fail(claim, text, failure.kind, failure.stack), reason
+        ):
             ledger.transitions.finalize(claim.run.id)
         if task.retries:
             # A permanent error: Huey must not spend the retries that are left.

@@ -7,7 +7,7 @@ does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from flask import Flask, current_app
 
 EXTENSION = "taskrunner.tenant_hooks"
+NAMES = "taskrunner.tenant_names"
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,26 @@ class TenantHooks:
     leave: Callable[[], Any] | None = None
 
 
+def _no_names(_ids: Iterable[int]) -> dict[int, str]:
+    return {}
+
+
 def init_app(app: Flask) -> None:
     app.extensions[EXTENSION] = TenantHooks()
+    app.extensions[NAMES] = _no_names
+
+
+def bind_names(names: Callable[[Iterable[int]], dict[int, str]]) -> None:
+    """Let the tenancy module name tenants in what the runner exports (a CSV of units)."""
+    current_app.extensions[NAMES] = names
+
+
+def names_of(ids: Iterable[int | None]) -> dict[int, str]:
+    """Tenant names by id, through the bound seam; unbound, none."""
+    wanted = {int(i) for i in ids if i is not None}
+    if not wanted:
+        return {}
+    return current_app.extensions.get(NAMES, _no_names)(wanted)
 
 
 def bind(enter: Callable[[int], Any], leave: Callable[[], Any]) -> None:

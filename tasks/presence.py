@@ -57,6 +57,8 @@ DONE_SIGNALS = (
     S.SIGNAL_RETRYING,
 )
 SLOT_BYTES = 256
+# The newest worker deaths a consumer's row keeps (its count keeps them all).
+KEPT_DEATHS = 20
 LOST_AFTER_BEATS = 3
 # A beat is one upsert; forgetting long-lost consumers is done at most once a minute.
 FORGET_EVERY = timedelta(minutes=1)
@@ -75,6 +77,10 @@ class ConsumerPresence(db.Model):
     heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
     # What each worker executes now: [{"pid", "thread", "task", "task_id", "since"}].
     running: Mapped[list] = mapped_column(JSON, default=list)
+    # Process workers found dead and restarted: how many, and the newest few
+    # [{"at", "pid", "task_id"}] (what each was executing when it died).
+    worker_deaths: Mapped[int | None] = mapped_column(Integer)
+    deaths: Mapped[list | None] = mapped_column(JSON)
 
     __table_args__ = (Index("ix_consumers_heartbeat_at", "heartbeat_at"),)
 
@@ -134,13 +140,23 @@ class Board:
         if index is not None:
             self._write_slot(index, (self._owner(), "", "", ""))
 
-    def forget_dead(self) -> None:
-        """Free the slots of worker processes that are gone (a crashed worker, restarted)."""
+    def forget_dead(self) -> list[dict[str, Any]]:
+        """Free the slots of worker processes that are gone (a crashed worker, restarted);
+        return each death: when it was found, the pid and the task it was executing."""
+        deaths = []
         with self._memory.get_lock():
             for i in range(self.slots):
                 fields = self._read_slot(i)
                 if fields and not _alive(int(fields[0].split(".")[0])):
+                    deaths.append(
+                        {
+                            "at": utcnow().isoformat(timespec="seconds") + "Z",
+                            "pid": int(fields[0].split(".")[0]),
+                            "task_id": fields[2] if len(fields) > 2 else "",
+                        }
+                    )
                     self._memory[i * SLOT_BYTES : (i + 1) * SLOT_BYTES] = b"\0" * SLOT_BYTES
+        return deaths
 
     def read(self) -> list[dict[str, Any]]:
         """What every worker executes now (idle workers are left out)."""
@@ -202,6 +218,8 @@ class Presence:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._forgot_at: datetime | None = None
+        self.worker_deaths = 0
+        self.deaths: list[dict[str, Any]] = []
 
     def start(self) -> None:
         try:
@@ -231,7 +249,13 @@ class Presence:
                 outages.episode.succeeded()
 
     def beat(self) -> None:
-        self.board.forget_dead()
+        died = self.board.forget_dead()
+        if died:
+            # Huey's consumer restarts a dead process worker; what it ran is what an
+            # operator looks for when a unit's worker was lost.
+            logger.warning("Consumer %s: %d worker(s) died and were restarted", self.id, len(died))
+            self.worker_deaths += len(died)
+            self.deaths = (died + self.deaths)[:KEPT_DEATHS]
         now = utcnow()
         values = {
             "id": self.id,
@@ -243,13 +267,20 @@ class Presence:
             "started_at": self.started_at,
             "heartbeat_at": now,
             "running": self.board.read(),
+            "worker_deaths": self.worker_deaths,
+            "deaths": self.deaths,
         }
         table = ConsumerPresence.__table__
         dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
         upsert = dialect.insert(table).values(**values)
         upsert = upsert.on_conflict_do_update(
             index_elements=["id"],
-            set_={"heartbeat_at": now, "running": values["running"]},
+            set_={
+                "heartbeat_at": now,
+                "running": values["running"],
+                "worker_deaths": self.worker_deaths,
+                "deaths": self.deaths,
+            },
         )
         forget = self._forgot_at is None or now - self._forgot_at >= FORGET_EVERY
         with self.engine.begin() as conn:

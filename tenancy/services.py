@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, literal, or_, select
 
 from database import iso, utcnow, write_transaction
 from extensions import db
@@ -114,26 +114,43 @@ def import_csv(handle: TextIO) -> ImportReport:
     return ImportReport(created, skipped)
 
 
-def matching(text: str, limit: int = 20) -> list[dict[str, Any]]:
+def _id_in(text: str) -> int | None:
+    """The tenant id ``text`` is, if it is one (ASCII digits in the id range)."""
+    return int(text) if text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID else None
+
+
+def _matching(text: str) -> Any:
     """Tenants whose id is ``text`` or whose name contains it (any case)."""
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    named = func.lower(Tenant.name).like(f"%{escaped}%", escape="\\")
+    tenant_id = _id_in(text)
+    return select(Tenant).where(named if tenant_id is None else or_(named, Tenant.id == tenant_id))
+
+
+def matching(text: str, limit: int = 20, offset: int = 0) -> list[dict[str, Any]]:
+    """Tenants whose id is ``text`` or whose name contains it (any case), a page of them:
+    the tenant with that id first."""
     text = text.strip()
     if not text:
         return []
-    found: list[Tenant] = []
-    if text.isdigit() and 0 < int(text) <= MAX_ID:
-        tenant = db.session.get(Tenant, int(text))
-        if tenant is not None:
-            found.append(tenant)
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    found += db.session.execute(
-        select(Tenant)
-        .where(func.lower(Tenant.name).like(f"%{escaped}%", escape="\\"))
-        .order_by(Tenant.name, Tenant.id)
+    tenant_id = _id_in(text)
+    first = Tenant.id == tenant_id if tenant_id is not None else literal(False)
+    found = db.session.execute(
+        _matching(text)
+        .order_by(case((first, 0), else_=1), Tenant.name, Tenant.id)
+        .offset(offset)
         .limit(limit)
     ).scalars()
-    seen: set[int] = set()
-    unique = [t for t in found if not (t.id in seen or seen.add(t.id))]
-    return [tenant_dict(t) for t in unique[:limit]]
+    return [tenant_dict(t) for t in found]
+
+
+def count_matching(text: str, cap: int = 1000) -> int:
+    """How many tenants ``matching`` finds, counted up to ``cap``."""
+    text = text.strip()
+    if not text:
+        return 0
+    limited = _matching(text).with_only_columns(literal(1)).limit(cap).subquery()
+    return db.session.execute(select(func.count()).select_from(limited)).scalar_one()
 
 
 def names(ids: Iterable[int | None]) -> dict[int, str]:

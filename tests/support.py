@@ -20,6 +20,7 @@ UNIT_KEYS = {
     "status",
     "attempts",
     "last_error",
+    "kind",
     "started_at",
     "finished_at",
     "stale",

@@ -11,6 +11,7 @@ from flask import Blueprint, abort, current_app, jsonify
 from accounts.permissions import permission_required
 from blueprints import params
 from blueprints.api.contract import BACKOFFICE
+from blueprints.backoffice.compare import comparison_or_404
 from blueprints.backoffice.console import search_results
 from blueprints.backoffice.pages import VIEW, paged, run_or_404
 from blueprints.backoffice.schedules import schedule_or_404
@@ -53,11 +54,30 @@ def units(run_uuid: str):
     return jsonify(operations.units_json(page))
 
 
+@bp.get("/task-runs/<run_uuid>/unit")
+@permission_required(VIEW)
+def unit(run_uuid: str):
+    # The key is a query parameter: a unit key never travels in a path (blueprints/unit_keys).
+    run, key = run_or_404(run_uuid), params.text("key")
+    if not key:
+        abort(400, description="give the unit's key")
+    detail = operations.unit_detail(run, key)
+    if detail is None:
+        abort(404, description="no such unit in this run")
+    return jsonify(detail.unit)
+
+
 @bp.get("/task-runs/<run_uuid>/errors")
 @permission_required(VIEW)
 def errors(run_uuid: str):
     run = run_or_404(run_uuid)
     return jsonify(operations.error_groups_json(run, operations.error_groups(run)))
+
+
+@bp.get("/task-runs/<run_uuid>/compare")
+@permission_required(VIEW)
+def compare(run_uuid: str):
+    return jsonify(operations.comparison_json(comparison_or_404(run_uuid)))
 
 
 @bp.get("/stale-units")

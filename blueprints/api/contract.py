@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Flask
 
+from blueprints.backoffice.console import SEARCH_SECTIONS
 from blueprints.openapi import (
     DATE_TIME,
     UUID,
@@ -27,6 +28,7 @@ from taskrunner.contract import operations
 
 PREFIX = "/api/v1/backoffice/"
 EXAMPLE_RUN = "9ae2ab2c-fae6-4d40-ae01-7efebf6a42d2"
+EXAMPLE_OTHER_RUN = "4c1d2e3f-0a1b-4c2d-8e3f-5a6b7c8d9e0f"
 STALE_REASONS = ["worker lost", "running too long", "never started"]
 # What an operator types is refused with a 400 when it holds control characters.
 TEXT = {"type": "string", "maxLength": MAX_TEXT, "pattern": "^[^\\u0000-\\u001f]*$"}
@@ -34,6 +36,15 @@ CURSOR_TEXT = {**TEXT, "maxLength": MAX_TEXT + 40}
 RUN_STATUS = {"type": "string", "enum": list(operations.RUN_STATUSES)}
 UNIT_STATUS = {"type": "string", "enum": list(operations.UNIT_STATUSES)}
 COUNT = {"type": "integer", "minimum": 0}
+FAILURE_KINDS = ["crash", "vendor", "domain", "expired"]
+FRAME = closed(
+    {
+        "file": {"type": "string", "description": "Relative to the project or its library."},
+        "line": nullable({"type": "integer"}),
+        "function": {"type": "string"},
+        "own": {"type": "boolean", "description": "The project's own code, not a library's."},
+    }
+)
 
 
 def limit(default: int, maximum: int) -> Param:
@@ -57,6 +68,16 @@ UNIT = {
     "status": UNIT_STATUS,
     "attempts": COUNT,
     "last_error": nullable({"type": "string", "description": "Redacted."}),
+    "kind": nullable(
+        {
+            "type": "string",
+            "enum": FAILURE_KINDS,
+            "description": "A failed unit's kind of failure (null for a unit that did not "
+            "fail): crash, a bug in the task, met again until the code changes; vendor, a "
+            "driver, network or timeout error, often transient; domain, the task's own "
+            "refusal, met again until the data changes; expired, never ran in time.",
+        }
+    ),
     "started_at": nullable(DATE_TIME),
     "finished_at": nullable(DATE_TIME),
     "stale": {"type": "boolean"},
@@ -68,6 +89,7 @@ UNIT_EXAMPLE = {
     "status": "failed",
     "attempts": 1,
     "last_error": "unhandled sqlalchemy.exc.OperationalError — see logs",
+    "kind": "vendor",
     "started_at": "2026-11-29T10:41:52Z",
     "finished_at": "2026-11-29T10:41:52Z",
     "stale": False,
@@ -204,6 +226,20 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Unit": closed(UNIT),
+    "UnitDetail": closed(
+        {
+            **UNIT,
+            "queued_at": nullable(DATE_TIME),
+            "heartbeat_at": nullable(DATE_TIME),
+            "stuck_notified_at": nullable(DATE_TIME),
+            "created_at": nullable(DATE_TIME),
+            "stack": {
+                **array(FRAME),
+                "description": "The last failure's frames, innermost last (a failed unit "
+                "only): no locals, no message.",
+            },
+        }
+    ),
     "UnitPage": page_of("Unit"),
     "StaleUnit": closed(
         {
@@ -228,19 +264,88 @@ SCHEMAS: dict[str, Any] = {
                         "reason": {"type": "string", "description": "Numbers folded into `#`."},
                         "kind": {
                             "type": "string",
-                            "enum": ["vendor", "domain", "expired"],
-                            "description": "vendor: a driver or client error (`unhandled … "
-                            "see logs`, a timeout), worth a retry; domain: the module's own "
-                            "refusal, met again until the data changes; expired: never ran "
-                            "in time.",
+                            "enum": FAILURE_KINDS,
+                            "description": "crash: a bug in the task, met again until the "
+                            "code changes; vendor: a driver, network or timeout error, worth "
+                            "a retry; domain: the module's own refusal, met again until the "
+                            "data changes; expired: never ran in time.",
                         },
+                        "where": nullable(
+                            {
+                                "type": "string",
+                                "description": "The innermost frame of the project's own "
+                                "code: `payments/statements.py:88 in generate`.",
+                            }
+                        ),
                         "example": {"type": "string"},
-                        "count": COUNT,
+                        "count": {**COUNT, "description": "Failed units of the group."},
+                        "retrying": {
+                            **COUNT,
+                            "description": "Units of the group retried and not settled yet.",
+                        },
                         "tenants": COUNT,
                         "tenant_sample": array({"type": "integer"}),
                     }
                 )
             ),
+        }
+    ),
+    "CompareUnit": closed(
+        {
+            **UNIT,
+            "previous_status": nullable(
+                {**UNIT_STATUS, "description": "In the other run; null: not in it."}
+            ),
+            "previous_error": nullable({"type": "string", "description": "Redacted."}),
+            "failing_runs": nullable(
+                {
+                    **COUNT,
+                    "description": "Still failing units: runs of the type in a row, up to "
+                    "this one, the unit failed in (30 at most are read).",
+                }
+            ),
+        }
+    ),
+    "Comparison": closed(
+        {
+            "uuid": UUID,
+            "with": UUID,
+            "type": {"type": "string"},
+            **{
+                name: closed(
+                    {"count": COUNT, "units": {**array(ref("CompareUnit")), "maxItems": 50}}
+                )
+                for name in ("newly_failing", "recovered", "still_failing")
+            },
+            "new_error_groups": array(
+                closed(
+                    {
+                        "reason": {"type": "string"},
+                        "kind": {"type": "string", "enum": FAILURE_KINDS},
+                        "where": nullable({"type": "string"}),
+                        "count": COUNT,
+                    }
+                )
+            ),
+            "duration_seconds": closed(
+                {
+                    "run": {"type": "number"},
+                    "with": {"type": "number"},
+                    "change": {"type": "number"},
+                }
+            ),
+            "throughput_per_minute": closed(
+                {"run": nullable({"type": "number"}), "with": nullable({"type": "number"})}
+            ),
+        }
+    ),
+    "RunningUnit": closed(
+        {
+            "unit_key": {"type": "string"},
+            "tenant_id": nullable({"type": "integer"}),
+            "status": UNIT_STATUS,
+            "run_uuid": UUID,
+            "type": {"type": "string"},
         }
     ),
     "Consumers": closed(
@@ -258,6 +363,20 @@ SCHEMAS: dict[str, Any] = {
                         "heartbeat_at": DATE_TIME,
                         "heartbeat_age_seconds": COUNT,
                         "state": {"type": "string", "enum": ["live", "lost"]},
+                        "worker_deaths": {
+                            **COUNT,
+                            "description": "Process workers found dead (and restarted).",
+                        },
+                        "deaths": array(
+                            closed(
+                                {
+                                    "at": nullable(DATE_TIME),
+                                    "pid": nullable(COUNT),
+                                    "task_id": nullable({"type": "string"}),
+                                    "unit": nullable(ref("RunningUnit")),
+                                }
+                            )
+                        ),
                         "running": array(
                             closed(
                                 {
@@ -266,17 +385,7 @@ SCHEMAS: dict[str, Any] = {
                                     "task_id": {"type": "string"},
                                     "since": nullable(DATE_TIME),
                                     "elapsed_seconds": nullable(COUNT),
-                                    "unit": nullable(
-                                        closed(
-                                            {
-                                                "unit_key": {"type": "string"},
-                                                "tenant_id": nullable({"type": "integer"}),
-                                                "status": UNIT_STATUS,
-                                                "run_uuid": UUID,
-                                                "type": {"type": "string"},
-                                            }
-                                        )
-                                    ),
+                                    "unit": nullable(ref("RunningUnit")),
                                 }
                             )
                         ),
@@ -346,6 +455,14 @@ SCHEMAS: dict[str, Any] = {
             ),
             "units": array(ref("UnitHistory")),
             "errors": array(ref("UnitHistory")),
+            "counts": closed(
+                {
+                    name: {**COUNT, "maximum": 1000}
+                    for name in ("tenants", "runs", "units", "errors")
+                },
+            ),
+            "section": nullable({"type": "string", "enum": list(SEARCH_SECTIONS)}),
+            "page": {"type": "integer", "minimum": 1, "maximum": 50},
         }
     ),
     "OpenApiDocument": {"type": "object", "required": ["openapi", "info", "paths"]},
@@ -357,6 +474,7 @@ RUN_LINKS = {
         ("first_run", "getRun", "The first run of the page."),
         ("first_run_units", "listRunUnits", "The units of the first run of the page."),
         ("first_run_errors", "getRunErrors", "The error groups of the first run of the page."),
+        ("first_run_compared", "compareRuns", "The first run of the page against its previous."),
     )
 }
 SAME_RUN = {
@@ -364,6 +482,26 @@ SAME_RUN = {
     for name, operation_id, description in (
         ("units", "listRunUnits", "Every unit of this run."),
         ("errors", "getRunErrors", "This run's failed units grouped by reason."),
+    )
+}
+LISTED_UNIT = {
+    "first_unit": Link(
+        "getRunUnit",
+        {
+            "path.run_uuid": "$response.body#/units/0/run_uuid",
+            "query.key": "$response.body#/units/0/unit_key",
+        },
+        "The first unit of the page, with its stack.",
+    )
+}
+FIRST_UNIT = {
+    "first_unit": Link(
+        "getRunUnit",
+        {
+            "path.run_uuid": "$request.path.run_uuid",
+            "query.key": "$response.body#/units/0/unit_key",
+        },
+        "The first unit of the page, with its stack.",
     )
 }
 
@@ -411,6 +549,12 @@ OPERATIONS: dict[str, Operation] = {
         path=(RUN_UUID,),
         query=(
             Param("status", "Only units in this status.", UNIT_STATUS, "failed"),
+            Param(
+                "reason",
+                "Only the failed units of this error group (its `reason` as `errors` gives it).",
+                TEXT,
+                "probe unit # failed",
+            ),
             limit(50, 200),
             CURSOR,
         ),
@@ -420,6 +564,47 @@ OPERATIONS: dict[str, Operation] = {
                 "One page of units.",
                 "UnitPage",
                 {"units": [UNIT_EXAMPLE], "next_cursor": None},
+                links=FIRST_UNIT,
+            ),
+        ),
+        errors=(400, 404),
+    ),
+    "api.unit": Operation(
+        "getRunUnit",
+        "One unit of a run, with the redacted stack of its last failure",
+        description="The key is a query parameter, never a path segment; a unit the run "
+        "does not have is a 404.",
+        path=(RUN_UUID,),
+        query=(Param("key", "The unit's key (required).", TEXT, "probe-3"),),
+        replies=(
+            Reply(
+                200,
+                "The unit.",
+                "UnitDetail",
+                {
+                    **UNIT_EXAMPLE,
+                    "unit_key": "probe-3",
+                    "last_error": "unhandled builtins.KeyError — see logs, ref 3f9c0a1b",
+                    "kind": "crash",
+                    "queued_at": "2026-11-29T10:41:51Z",
+                    "heartbeat_at": "2026-11-29T10:41:52Z",
+                    "stuck_notified_at": None,
+                    "created_at": "2026-11-29T10:41:51Z",
+                    "stack": [
+                        {
+                            "file": "taskrunner/jobs.py",
+                            "line": 91,
+                            "function": "contained_failure",
+                            "own": True,
+                        },
+                        {
+                            "file": "diagnostics/probe.py",
+                            "line": 42,
+                            "function": "_read_settings",
+                            "own": True,
+                        },
+                    ],
+                },
             ),
         ),
         errors=(400, 404),
@@ -439,8 +624,10 @@ OPERATIONS: dict[str, Operation] = {
                         {
                             "reason": "probe unit # failed",
                             "kind": "domain",
+                            "where": "diagnostics/probe.py:84 in probe",
                             "example": "probe unit 10 failed",
                             "count": 100,
+                            "retrying": 0,
                             "tenants": 0,
                             "tenant_sample": [],
                         }
@@ -449,6 +636,51 @@ OPERATIONS: dict[str, Operation] = {
             ),
         ),
         errors=(404,),
+    ),
+    "api.compare": Operation(
+        "compareRuns",
+        "A run against another: newly failing, recovered and still failing units",
+        description="By default against the previous run of the same type. Each set has "
+        "its `count` and its first 50 `units`; a run with no earlier run of its type, or a "
+        "`with` that names no other run, is a 404.",
+        path=(RUN_UUID,),
+        query=(Param("with", "The run to compare with (a uuid).", UUID, EXAMPLE_OTHER_RUN),),
+        replies=(
+            Reply(
+                200,
+                "The comparison.",
+                "Comparison",
+                {
+                    "uuid": EXAMPLE_RUN,
+                    "with": EXAMPLE_OTHER_RUN,
+                    "type": "diagnostics.probe",
+                    "newly_failing": {
+                        "count": 1,
+                        "units": [
+                            {
+                                **UNIT_EXAMPLE,
+                                "previous_status": "completed",
+                                "previous_error": None,
+                                "failing_runs": None,
+                            }
+                        ],
+                    },
+                    "recovered": {"count": 0, "units": []},
+                    "still_failing": {"count": 0, "units": []},
+                    "new_error_groups": [
+                        {
+                            "reason": "unhandled sqlalchemy.exc.OperationalError — see logs, ref #",
+                            "kind": "vendor",
+                            "where": "diagnostics/probe.py:84 in probe",
+                            "count": 1,
+                        }
+                    ],
+                    "duration_seconds": {"run": 3.0, "with": 4.5, "change": -1.5},
+                    "throughput_per_minute": {"run": 20000.0, "with": 13333.3},
+                },
+            ),
+        ),
+        errors=(400, 404),
     ),
     "api.stale_units": Operation(
         "listStaleUnits",
@@ -476,6 +708,7 @@ OPERATIONS: dict[str, Operation] = {
                     ],
                     "next_cursor": None,
                 },
+                links=LISTED_UNIT,
             ),
         ),
         errors=(400,),
@@ -511,6 +744,7 @@ OPERATIONS: dict[str, Operation] = {
                     ],
                     "next_cursor": None,
                 },
+                links=LISTED_UNIT,
             ),
         ),
         errors=(400,),
@@ -538,6 +772,21 @@ OPERATIONS: dict[str, Operation] = {
                             "heartbeat_at": "2026-11-29T10:41:50Z",
                             "heartbeat_age_seconds": 2,
                             "state": "live",
+                            "worker_deaths": 1,
+                            "deaths": [
+                                {
+                                    "at": "2026-11-29T10:41:20Z",
+                                    "pid": 4247,
+                                    "task_id": "u16.9a3b5c7d9e1f2a3b0f2c6a0e8c1e4f7d",
+                                    "unit": {
+                                        "unit_key": "probe-6",
+                                        "tenant_id": None,
+                                        "status": "running",
+                                        "run_uuid": EXAMPLE_RUN,
+                                        "type": "diagnostics.probe",
+                                    },
+                                }
+                            ],
                             "running": [
                                 {
                                     "pid": 4250,
@@ -605,8 +854,24 @@ OPERATIONS: dict[str, Operation] = {
         "search",
         "Runs by uuid or prefix, tenants by name or id, units by key prefix, errors by text",
         description="Error text is looked up in the failed units of the newest 500 runs. "
-        "`exact_run` names the one run a full uuid matched.",
-        query=(Param("q", "What to look for; blank finds nothing.", TEXT, "acme"),),
+        "`exact_run` names the one run a uuid prefix of 8 characters or more matched. "
+        "`counts` says how many of each kind matched (counted up to 1,000); `in` and `page` "
+        "page through one kind, 20 at a time.",
+        query=(
+            Param("q", "What to look for; blank finds nothing.", TEXT, "acme"),
+            Param(
+                "in",
+                "Only this kind of match (required with `page`).",
+                {"type": "string", "enum": list(SEARCH_SECTIONS)},
+                "tenants",
+            ),
+            Param(
+                "page",
+                "The page of that kind, from 1.",
+                {"type": "integer", "minimum": 1, "maximum": 50, "default": 1},
+                1,
+            ),
+        ),
         replies=(
             Reply(
                 200,
@@ -626,6 +891,9 @@ OPERATIONS: dict[str, Operation] = {
                     ],
                     "units": [],
                     "errors": [],
+                    "counts": {"tenants": 1, "runs": 0, "units": 0, "errors": 0},
+                    "section": None,
+                    "page": 1,
                 },
             ),
         ),

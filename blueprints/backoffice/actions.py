@@ -46,17 +46,28 @@ def retry(run_uuid: str):
     run = run_or_404(run_uuid)
     reason, keys = _retry_target()
     failed_only = request.form.get("failed_only") in ("1", "yes", "on", "true") or bool(reason)
+    stale_only = request.form.get("stale_only") in ("1", "yes", "on", "true")
+    if stale_only and (reason is not None or keys or failed_only):
+        abort(400, description="stale units alone: not with a reason, units or failed only")
     back = request.form.get("back_to")
     if back == "errors":
         back = url_for("backoffice.errors", run_uuid=run.uuid)
     elif back == "unit" and keys and len(keys) == 1:
         back = url_for("backoffice.unit", run_uuid=run.uuid, unit_key=keys[0])
+    elif back == "stale":
+        back = url_for("backoffice.stale_units", run=run.uuid)
     else:
         back = url_for("backoffice.run", run_uuid=run.uuid)
     if not confirmed():
-        count = operations.count_retryable(run, failed_only, reason=reason, unit_keys=keys)
+        count = operations.count_retryable(
+            run, failed_only, stale_only=stale_only, reason=reason, unit_keys=keys
+        )
         fields: dict[str, object] = {"failed_only": "1" if failed_only else "0"}
-        if reason is not None:
+        if stale_only:
+            title = "Retry the stale units of this run"
+            what = "stale units: worker lost, running too long or never started"
+            fields["stale_only"] = "1"
+        elif reason is not None:
             title = "Retry one error group"
             what = f"the failed units whose reason is \u201c{reason}\u201d"
             fields["reason"] = reason
@@ -82,7 +93,12 @@ def retry(run_uuid: str):
         )
     try:
         count = operations.retry(
-            run.uuid, actor=actor(), failed_only=failed_only, reason=reason, unit_keys=keys
+            run.uuid,
+            actor=actor(),
+            failed_only=failed_only,
+            stale_only=stale_only,
+            reason=reason,
+            unit_keys=keys,
         )
     except Refused as exc:
         flash(f"Nothing retried: {exc}", "error")

@@ -15,12 +15,28 @@ from taskrunner.contract import Refused, operations
 from tenancy import services as tenants
 
 SEARCH_LIMIT = 20
+# The kinds of match a search pages through one at a time (``in``).
+SEARCH_SECTIONS = ("tenants", "runs", "units", "errors")
 
 
 def search_results(query: str) -> dict[str, Any]:
-    """The runner's matches and the tenants' (the runner knows nothing of tenants)."""
-    result = operations.search(query, SEARCH_LIMIT)
-    result["tenants"] = tenants.matching(query, SEARCH_LIMIT) if result["query"] else []
+    """The runner's matches and the tenants' (the runner knows nothing of tenants), each
+    counted; ``in`` and ``page``: one section's page of ``SEARCH_LIMIT``."""
+    section, page = params.choice("in", SEARCH_SECTIONS), params.page()
+    if page > 1 and section is None:
+        abort(400, description="page needs in: the section to page through")
+    # ``in=tenants`` names none of the runner's sections: it reads none of them.
+    result = operations.search(query, SEARCH_LIMIT, section, page)
+    result["tenants"], result["counts"]["tenants"] = [], 0
+    if result["query"] and section in (None, "tenants"):
+        offset = (page - 1) * SEARCH_LIMIT
+        result["tenants"] = tenants.matching(query, SEARCH_LIMIT, offset)
+        result["counts"]["tenants"] = (
+            len(result["tenants"])
+            if section is None and len(result["tenants"]) < SEARCH_LIMIT
+            else tenants.count_matching(query)
+        )
+    result["section"], result["page"] = section, page
     return result
 
 

@@ -94,9 +94,15 @@ def overview_strip():
 def run(run_uuid: str):
     run = run_or_404(run_uuid)
     unit_status = params.unit_status()
+    reason = params.text("reason")
     limit = params.limit()
     units = paged(
-        operations.run_units, run, status=unit_status, limit=limit, cursor=params.cursor()
+        operations.run_units,
+        run,
+        status=unit_status,
+        limit=limit,
+        cursor=params.cursor(),
+        reason=reason,
     )
     detail = operations.run_detail(run, cap=CAP)
     return render_template(
@@ -105,6 +111,7 @@ def run(run_uuid: str):
         counts=detail.counts,
         units=units,
         unit_status=unit_status,
+        reason=reason,
         limit=asked(limit),
         failed=detail.failed,
         skipped=detail.skipped,
@@ -122,6 +129,7 @@ def run(run_uuid: str):
         ),
         cap=CAP,
         paused=detail.paused,
+        compared=operations.compare_counts(run),
     )
 
 
@@ -140,6 +148,7 @@ def unit(run_uuid: str, unit_key: str):
         can_manage=can_manage(),
         retry_allowed=detail.retry_allowed,
         paused=detail.paused,
+        ran_by=detail.ran_by,
     )
 
 
@@ -153,8 +162,15 @@ def errors(run_uuid: str):
         run=run,
         groups=groups,
         total=sum(g.count for g in groups),
+        retrying=sum(g.retrying for g in groups),
         can_manage=can_manage(),
         retry_allowed=operations.retry_allowed(run),
+        # Live like the run page, on the run's own stream: a retried group's units settle.
+        stream=(
+            url_for("backoffice.run_stream", run_uuid=run.uuid)
+            if run.status == RunStatus.RUNNING
+            else None
+        ),
     )
 
 
@@ -173,9 +189,12 @@ def events(run_uuid: str):
 @permission_required(VIEW)
 def stale_units():
     limit = params.limit(100, 500)
-    stale = paged(operations.stale_units, limit=limit, cursor=params.cursor())
+    run_uuid = params.text("run")
+    run = run_or_404(run_uuid) if run_uuid else None
+    stale = paged(operations.stale_units, limit=limit, cursor=params.cursor(), run=run)
     return render_template(
         "backoffice/stale.html",
+        run=run,
         page=stale.page,
         by_run=stale.by_run,
         total=stale.total,

@@ -1,7 +1,7 @@
 """schedule slots: how each claimed slot ended, and each schedule's pause and episode
 
 Revision ID: 0015_schedule_slots
-Revises: 0013_live_streams
+Revises: 0014_failure_kinds_stacks
 Create Date: 2026-12-02 07:00:00
 
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 # revision identifiers, used by Alembic.
 revision = "0015_schedule_slots"
-down_revision = "0013_live_streams"
+down_revision = "0014_failure_kinds_stacks"
 branch_labels = None
 depends_on = None
 

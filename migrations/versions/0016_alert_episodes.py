@@ -1,7 +1,7 @@
 """Alert episodes, their messages and deliveries, and mutes
 
 Revision ID: 0016_alert_episodes
-Revises: 0013_live_streams
+Revises: 0015_schedule_slots
 Create Date: 2026-12-02 07:00:00
 
 """

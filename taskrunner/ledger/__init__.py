@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from extensions import db
 from taskrunner.ledger.actions import OperatorActions
 from taskrunner.ledger.attention import Attention, AttentionReads
+from taskrunner.ledger.compare import CompareReads, Comparison
 from taskrunner.ledger.errors import ErrorGroup, ErrorReads
 from taskrunner.ledger.fleet import FleetReads
 from taskrunner.ledger.hot import forget_cached_runs, release_hot_connection
@@ -55,6 +56,7 @@ class Ledger:
         writes = Writes(session)
         self.runs = RunReads(session)
         self.errors = ErrorReads(session)
+        self.compare = CompareReads(session, self.errors)
         self.fleet = FleetReads(session)
         self.attention = AttentionReads(session)
         self.throughput = ThroughputRollup(session)
@@ -79,6 +81,7 @@ __all__ = [
     "Attention",
     "Bucket",
     "Claim",
+    "Comparison",
     "Dispatch",
     "Durations",
     "ErrorGroup",

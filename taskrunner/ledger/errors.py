@@ -10,9 +10,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from security.refs import REF_CODE
+from taskrunner.failures import innermost_own, stored_kind
 from taskrunner.ledger.records import not_deleted
-from taskrunner.models import TaskRun, TaskRunUnit
-from taskrunner.redaction import reason_kind
+from taskrunner.models import OperatorAction, TaskRun, TaskRunUnit
 from taskrunner.types import UnitStatus
 
 # Digits and error references vary between otherwise identical reasons ("probe unit 7
@@ -23,6 +23,7 @@ _PERIOD = r"(?:19|20)\d\d-(?:0[1-9]|1[0-2])(?!\d)"
 _MONTH_OF_A_PERIOD = r"(?<=(?<!\d)(?:19|20)\d\d-)(?:0[1-9]|1[0-2])(?!\d)"
 _VARYING = re.compile(rf"(?<=ref ){REF_CODE}|(?<!\d)(?!{_PERIOD})(?!{_MONTH_OF_A_PERIOD})\d+")
 TENANT_SAMPLE = 12
+_IN_A_GROUP = (UnitStatus.FAILED, UnitStatus.PENDING, UnitStatus.RUNNING)
 
 
 @dataclass(slots=True)
@@ -33,10 +34,15 @@ class ErrorGroup:
     tenants: int
     tenant_sample: list[int] = field(default_factory=list)
     first_key: str | None = None
+    # The first unit's stored kind and the innermost frame of our own code it failed in.
+    stored_kind: str | None = None
+    where: str | None = None
+    # Units of the group retried and not settled yet: the group stays until they are.
+    retrying: int = 0
 
     @property
     def kind(self) -> str:
-        return reason_kind(self.example)
+        return stored_kind(self.stored_kind, self.example)
 
 
 def normalize_reason(reason: str | None) -> str:
@@ -68,8 +74,22 @@ class ErrorReads:
     def __init__(self, session: Session) -> None:
         self.session = session
 
+    def _retried(self, run: TaskRun) -> bool:
+        return (
+            self.session.execute(
+                select(OperatorAction.id)
+                .where(OperatorAction.task_run_id == run.id, OperatorAction.action == "retry")
+                .limit(1)
+            ).first()
+            is not None
+        )
+
     def error_groups(self, run: TaskRun, limit: int = 50) -> list[ErrorGroup]:
-        """Failed units grouped by their redacted reason (numbers folded), biggest first."""
+        """Failed units grouped by their redacted reason (numbers folded), biggest first.
+
+        A retried unit keeps its last reason until it settles: it stays in its group,
+        counted as ``retrying``, so a retried group is shown until its units settle.
+        """
         if self.session.get_bind().dialect.name == "postgresql":
             # Grouping tens of thousands of reasons sorts on disk with the default work_mem.
             self.session.execute(text("SET LOCAL work_mem = '32MB'"))
@@ -77,32 +97,54 @@ class ErrorReads:
         else:
             tenants = func.group_concat(TaskRunUnit.tenant_id.distinct())
         reason = folded_reason(self.session)
+        # Only a run an operator retried has units retrying under an old reason: the others
+        # read their failed units alone (a big running run's active units are not walked).
+        statuses = _IN_A_GROUP if self._retried(run) else (UnitStatus.FAILED,)
         grouped = (
             select(
                 reason.label("reason"),
                 func.min(TaskRunUnit.last_error).label("example"),
-                func.count().label("n"),
+                func.count().filter(TaskRunUnit.status == UnitStatus.FAILED).label("n"),
+                func.count().filter(TaskRunUnit.status != UnitStatus.FAILED).label("retrying"),
                 func.count(TaskRunUnit.tenant_id.distinct()).label("tenants"),
                 func.min(TaskRunUnit.unit_key).label("first_key"),
+                func.min(TaskRunUnit.id).label("first_id"),
                 tenants.label("sample"),
             )
             .where(
                 TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.status == UnitStatus.FAILED,
+                TaskRunUnit.status.in_(statuses),
+                TaskRunUnit.last_error.is_not(None),
                 not_deleted(TaskRunUnit),
             )
             .group_by(reason)
             .order_by(func.count().desc(), reason)
             .limit(limit)
         )
-        return [
-            ErrorGroup(
-                row.reason,
-                row.example or "",
-                row.n,
-                row.tenants,
-                _sample(row.sample),
-                row.first_key,
+        rows = self.session.execute(grouped).all()
+        # One look-up by primary key for every group's first unit: its kind and frames.
+        firsts = {
+            unit_id: (kind, stack)
+            for unit_id, kind, stack in self.session.execute(
+                select(TaskRunUnit.id, TaskRunUnit.failure_kind, TaskRunUnit.stack).where(
+                    TaskRunUnit.id.in_([row.first_id for row in rows])
+                )
             )
-            for row in self.session.execute(grouped)
-        ]
+        }
+        groups = []
+        for row in rows:
+            kind, stack = firsts.get(row.first_id, (None, None))
+            groups.append(
+                ErrorGroup(
+                    row.reason,
+                    row.example or "",
+                    row.n,
+                    row.tenants,
+                    _sample(row.sample),
+                    row.first_key,
+                    kind,
+                    innermost_own(stack),
+                    row.retrying,
+                )
+            )
+        return groups

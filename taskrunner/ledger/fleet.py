@@ -9,7 +9,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
 from database import iso, utcnow
@@ -31,6 +31,8 @@ from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.types import RunStatus, UnitStatus
 
 SEARCH_RECENT_RUNS = 500
+# A search counts its matches up to this many ("20 of 1,000+ matches").
+SEARCH_COUNT_CAP = 1000
 
 
 def _with_run(row: Any) -> dict[str, Any]:
@@ -52,15 +54,22 @@ class FleetReads:
     # -- stale units across runs -------------------------------------------------------
 
     def stale_units_page(
-        self, limit: int = 100, cursor: str | None = None, now: datetime | None = None
+        self,
+        limit: int = 100,
+        cursor: str | None = None,
+        now: datetime | None = None,
+        run_id: int | None = None,
     ) -> Page:
-        """Stale units of running runs, oldest unit first; the cursor is ``run-uuid/unit-key``."""
+        """Stale units of running runs (``run_id``: of that run), oldest unit first; the
+        cursor is ``run-uuid/unit-key``."""
         cut = joined_cutoffs(self.session, now or utcnow())
         stmt = (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, stale_reason(cut).label("stale_reason"))
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
             .where(*stale_in_running_runs(cut))
         )
+        if run_id is not None:
+            stmt = stmt.where(TaskRunUnit.task_run_id == run_id)
         if cursor:
             stmt = stmt.where(TaskRunUnit.id > self._unit_id_for_cursor(cursor))
         rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
@@ -201,56 +210,75 @@ class FleetReads:
 
     # -- search ----------------------------------------------------------------------
 
-    def search_runs(self, text_: str, limit: int = 20) -> list[TaskRun]:
-        """Runs whose uuid starts with ``text_`` (any case), newest first."""
+    # -- search (the console's search box) ----------------------------------------------
+
+    def _capped_count(self, stmt: Any, cap: int) -> int:
+        """How many rows ``stmt`` matches, counted up to ``cap`` (a search says "1,000+")."""
+        limited = stmt.with_only_columns(literal(1)).order_by(None).limit(cap).subquery()
+        return self.session.execute(select(func.count()).select_from(limited)).scalar_one()
+
+    @staticmethod
+    def _runs_matching(text_: str) -> Any | None:
         prefix = text_.strip().lower()
         if not prefix or not re.fullmatch(r"[0-9a-f-]{1,36}", prefix):
+            return None
+        return select(TaskRun).where(
+            TaskRun.uuid >= prefix, TaskRun.uuid < prefix + "\x7f", not_deleted(TaskRun)
+        )
+
+    def search_runs(self, text_: str, limit: int = 20, offset: int = 0) -> list[TaskRun]:
+        """Runs whose uuid starts with ``text_`` (any case), newest first."""
+        stmt = self._runs_matching(text_)
+        if stmt is None:
             return []
         return list(
             self.session.execute(
-                select(TaskRun)
-                .where(
-                    TaskRun.uuid >= prefix,
-                    TaskRun.uuid < prefix + "\x7f",
-                    not_deleted(TaskRun),
-                )
-                .order_by(TaskRun.id.desc())
-                .limit(limit)
+                stmt.order_by(TaskRun.id.desc()).offset(offset).limit(limit)
             ).scalars()
         )
 
-    def search_unit_keys(self, text_: str, limit: int = 20) -> list[dict[str, Any]]:
-        """Units whose key starts with ``text_`` (exact case: keys are opaque), newest first."""
+    def count_runs(self, text_: str, cap: int = SEARCH_COUNT_CAP) -> int:
+        stmt = self._runs_matching(text_)
+        return 0 if stmt is None else self._capped_count(stmt, cap)
+
+    @staticmethod
+    def _keys_matching(text_: str) -> Any | None:
         prefix = text_[:191]
         if not prefix:
-            return []
-        # A range on the key index, then a LIKE-free check: keys may hold % and _.
-        upper = prefix + "\U0010ffff"
-        rows = self.session.execute(
+            return None
+        # A range on the key index, then an exact prefix check: keys may hold % and _, and
+        # a collation may sort other keys into the range.
+        return (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
             .where(
                 TaskRunUnit.unit_key >= prefix,
-                TaskRunUnit.unit_key < upper,
+                TaskRunUnit.unit_key < prefix + "\U0010ffff",
+                func.substr(TaskRunUnit.unit_key, 1, len(prefix)) == prefix,
                 not_deleted(TaskRunUnit, TaskRun),
             )
-            .order_by(TaskRunUnit.unit_key, TaskRunUnit.id.desc())
-            .limit(limit * 4)
-        ).all()
-        return [_with_run(row) for row in rows if row[0].unit_key.startswith(prefix)][:limit]
+        )
 
-    def search_errors(
-        self, text_: str, limit: int = 20, recent_runs: int = SEARCH_RECENT_RUNS
+    def search_unit_keys(
+        self, text_: str, limit: int = 20, offset: int = 0
     ) -> list[dict[str, Any]]:
-        """Failed units whose reason contains ``text_`` (any case), in the newest runs.
+        """Units whose key starts with ``text_`` (exact case: keys are opaque), newest first."""
+        stmt = self._keys_matching(text_)
+        if stmt is None:
+            return []
+        rows = self.session.execute(
+            stmt.order_by(TaskRunUnit.unit_key, TaskRunUnit.id.desc()).offset(offset).limit(limit)
+        ).all()
+        return [_with_run(row) for row in rows]
 
-        Bounded to the failed units of the newest ``recent_runs`` runs (the per-run status
-        index): an error an operator looks for on call is a recent one, and a scan of
-        every reason ever stored would grow with the ledger.
-        """
+    def count_unit_keys(self, text_: str, cap: int = SEARCH_COUNT_CAP) -> int:
+        stmt = self._keys_matching(text_)
+        return 0 if stmt is None else self._capped_count(stmt, cap)
+
+    def _errors_matching(self, text_: str, recent_runs: int) -> Any | None:
         needle = text_.strip().lower()
         if len(needle) < 3:
-            return []
+            return None
         # The oldest of the newest runs, read first: a range on the per-run status index
         # then walks only their failed units (an IN over a LIMIT made the planner scan all).
         bound = self.session.execute(
@@ -261,7 +289,7 @@ class FleetReads:
             .limit(1)
         ).scalar_one_or_none()
         escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = self.session.execute(
+        return (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
             .where(
@@ -270,10 +298,36 @@ class FleetReads:
                 not_deleted(TaskRunUnit),
                 func.lower(TaskRunUnit.last_error).like(f"%{escaped}%", escape="\\"),
             )
-            .order_by(TaskRunUnit.task_run_id.desc(), TaskRunUnit.id)
+        )
+
+    def search_errors(
+        self,
+        text_: str,
+        limit: int = 20,
+        recent_runs: int = SEARCH_RECENT_RUNS,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Failed units whose reason contains ``text_`` (any case), in the newest runs.
+
+        Bounded to the failed units of the newest ``recent_runs`` runs (the per-run status
+        index): an error an operator looks for on call is a recent one, and a scan of
+        every reason ever stored would grow with the ledger.
+        """
+        stmt = self._errors_matching(text_, recent_runs)
+        if stmt is None:
+            return []
+        rows = self.session.execute(
+            stmt.order_by(TaskRunUnit.task_run_id.desc(), TaskRunUnit.id)
+            .offset(offset)
             .limit(limit)
         ).all()
         return [_with_run(row) for row in rows]
+
+    def count_errors(
+        self, text_: str, cap: int = SEARCH_COUNT_CAP, recent_runs: int = SEARCH_RECENT_RUNS
+    ) -> int:
+        stmt = self._errors_matching(text_, recent_runs)
+        return 0 if stmt is None else self._capped_count(stmt, cap)
 
     def count_pending_of_type(self, type_: str) -> int:
         """Pending units of the running runs of one type (what a pause holds back)."""

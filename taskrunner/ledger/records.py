@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_
 
 from database import iso
+from taskrunner.failures import stored_kind
 from taskrunner.models import TaskRunUnit
 from taskrunner.types import ACTIVE_UNIT, RunStatus, TaskUnit, UnitStatus
 
@@ -82,6 +83,13 @@ def page_of(
     return Page(items, cursor(items[-1]) if len(rows) > limit and items else None)
 
 
+def failure_kind(unit: TaskRunUnit) -> str | None:
+    """The kind of a failed unit's failure (SPEC §17); None for a unit that did not fail."""
+    if unit.status != UnitStatus.FAILED:
+        return None
+    return stored_kind(unit.failure_kind, unit.last_error)
+
+
 def unit_dict(unit: TaskRunUnit, stale_reason: str | None, **extra: Any) -> dict[str, Any]:
     """A unit as the pages and the JSON show it (README, "JSON output"), plus ``extra``."""
     return {
@@ -90,6 +98,7 @@ def unit_dict(unit: TaskRunUnit, stale_reason: str | None, **extra: Any) -> dict
         "status": unit.status,
         "attempts": unit.attempts,
         "last_error": unit.last_error,
+        "kind": failure_kind(unit),
         "started_at": iso(unit.started_at),
         "finished_at": iso(unit.finished_at),
         "stale": stale_reason is not None,

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from database import iso, utcnow
 from taskrunner.delivery import event_dict
+from taskrunner.ledger.errors import folded_reason
 from taskrunner.ledger.records import (
     ACTIVE,
     UNIT_STATUSES,
@@ -37,7 +38,7 @@ from taskrunner.ledger.stale_rules import (
 )
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.registry import registry
-from taskrunner.types import Refused, RunStatus
+from taskrunner.types import Refused, RunStatus, UnitStatus
 from taskrunner.unit_rules import key_problem
 
 FAILED_RUN = (str(RunStatus.FAILED), str(RunStatus.COMPLETED_WITH_FAILURES))
@@ -194,14 +195,20 @@ class RunReads:
         limit: int = 50,
         cursor: str | None = None,
         now: datetime | None = None,
+        reason: str | None = None,
     ) -> Page:
-        """Units of a run in id order, as unit dicts, with their stale reasons as of ``now``.
+        """Units of a run in id order, as unit dicts, with their stale reasons as of ``now``;
+        ``reason``: only the failed units of that error group (its folded reason).
 
         Raises ``InvalidCursor``.
         """
         stmt, cut = self._units_of(run, now)
         if status:
             stmt = stmt.where(TaskRunUnit.status == status)
+        if reason is not None:
+            stmt = stmt.where(
+                TaskRunUnit.status == UnitStatus.FAILED, folded_reason(self.session) == reason
+            )
         if stale_only:
             if run.status != RunStatus.RUNNING:
                 return Page([], None)
@@ -235,7 +242,18 @@ class RunReads:
             heartbeat_at=iso(unit.heartbeat_at),
             stuck_notified_at=iso(unit.stuck_notified_at),
             created_at=iso(unit.created_at),
+            stack=list(unit.stack or []) if unit.status == UnitStatus.FAILED else [],
         )
+
+    def unit_id(self, run: TaskRun, unit_key: str) -> int | None:
+        """The id of the run's unit with this key (what a consumer names it by)."""
+        return self.session.execute(
+            select(TaskRunUnit.id).where(
+                TaskRunUnit.task_run_id == run.id,
+                TaskRunUnit.unit_key == unit_key[:191],
+                not_deleted(TaskRunUnit),
+            )
+        ).scalar_one_or_none()
 
     def unit_events(self, run: TaskRun, unit_key: str, limit: int = 50) -> list[dict[str, Any]]:
         """Events of the run that name this unit (failures and stuck notices), newest first."""

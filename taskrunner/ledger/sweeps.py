@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from database import utcnow
 from taskrunner import events as ev
+from taskrunner.failures import EXPIRED as EXPIRED_KIND
 from taskrunner.ledger.hot import NOT_PAUSED
 from taskrunner.ledger.records import ACTIVE, EXPIRED, not_deleted
 from taskrunner.ledger.stale_rules import (
@@ -171,7 +172,12 @@ class StuckSweep:
                 update(TaskRunUnit)
                 .where(TaskRunUnit.status == UnitStatus.PENDING, unpaused, *where)
                 .values(
-                    status=UnitStatus.FAILED, last_error=EXPIRED, finished_at=now, updated_at=now
+                    status=UnitStatus.FAILED,
+                    last_error=EXPIRED,
+                    failure_kind=EXPIRED_KIND,
+                    stack=None,
+                    finished_at=now,
+                    updated_at=now,
                 )
                 .returning(
                     TaskRunUnit.task_run_id,
@@ -190,7 +196,7 @@ class StuckSweep:
             for run_id, key, tenant_id, attempts, run_uuid, type_ in rows:
                 self.writes.emit(
                     outbox,
-                    ev.UnitFailed(run_uuid, type_, key, tenant_id, attempts, EXPIRED),
+                    ev.UnitFailed(run_uuid, type_, key, tenant_id, attempts, EXPIRED, EXPIRED_KIND),
                     run_id,
                 )
         return sorted({row[0] for row in rows})

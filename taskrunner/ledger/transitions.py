@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from database import utcnow, write_transaction
 from taskrunner import events as ev
+from taskrunner.failures import VENDOR, stored_kind
 from taskrunner.ledger.driver_sql import first_row, runs_on_driver
 from taskrunner.ledger.hot import (
     ACTIVE_CHECK,
@@ -119,7 +120,7 @@ class Transitions:
         self.session.rollback()
         return ids
 
-    def fail_undispatched(self, run_id: int, reason: str) -> None:
+    def fail_undispatched(self, run_id: int, reason: str, kind: str = VENDOR) -> None:
         """The wedge guard: dispatch broke after commit, so nothing pending may stay."""
         with self.writes.transition() as outbox:
             self.writes.lock_run(run_id)
@@ -134,6 +135,8 @@ class Transitions:
                 .values(
                     status=UnitStatus.FAILED,
                     last_error=bounded(reason),
+                    failure_kind=kind,
+                    stack=None,
                     finished_at=now,
                     updated_at=now,
                 )
@@ -213,13 +216,26 @@ class Transitions:
             )
         return result.rowcount == 1
 
-    def fail(self, claim: Claim, reason: str) -> bool:
+    def fail(
+        self,
+        claim: Claim,
+        reason: str,
+        kind: str | None = None,
+        stack: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        """The unit failed: its reason, kind (told by the reason when not given) and frames."""
         with self.writes.transition() as outbox:
             now = utcnow()
             reason = bounded(reason)
+            kind = stored_kind(kind, reason)
             result = self.session.execute(
                 owned(claim).values(
-                    status=UnitStatus.FAILED, finished_at=now, updated_at=now, last_error=reason
+                    status=UnitStatus.FAILED,
+                    finished_at=now,
+                    updated_at=now,
+                    last_error=reason,
+                    failure_kind=kind,
+                    stack=stack or None,
                 )
             )
             if result.rowcount != 1:
@@ -233,6 +249,7 @@ class Transitions:
                     claim.unit.tenant_id,
                     claim.attempts,
                     reason,
+                    kind,
                 ),
                 claim.run.id,
             )

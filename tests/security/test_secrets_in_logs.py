@@ -51,7 +51,7 @@ SECRETS = re.compile(
     rb"sk_live_PROBE_SECRET|4111[\s._-]*1111[\s._-]*1111[\s._-]*1111|" + LEAKED.pattern.encode()
 )
 REF = re.compile(r"ref ([0-9a-f]{8})")
-UNITS, VENDOR_EVERY = 28, 7
+UNITS, VENDOR_EVERY, CRASH_EVERY = 28, 7, 9
 
 
 def count_secrets(data: bytes) -> int:
@@ -118,7 +118,12 @@ def lean_workers(app, tmp_path):
 def test_failing_runs_leave_no_secret_anywhere_and_refs_find_the_log_line(
     app, alert_hook, lean_workers, tmp_path, capsys
 ):
-    context = {"units": UNITS, "vendor_fail_every": VENDOR_EVERY, "fail_every": 10}
+    context = {
+        "units": UNITS,
+        "vendor_fail_every": VENDOR_EVERY,
+        "fail_every": 10,
+        "crash_every": CRASH_EVERY,
+    }
     started = subprocess.run(
         [sys.executable, "-m", "flask", "--app", "app", "tasks", "start", "diagnostics.probe"]
         + ["--context", json.dumps(context), "--wait", "120"],
@@ -134,13 +139,27 @@ def test_failing_runs_leave_no_secret_anywhere_and_refs_find_the_log_line(
         assert run.status == RunStatus.COMPLETED_WITH_FAILURES, started.stderr
         vendor = db.session.execute(
             select(TaskRunUnit.unit_key, TaskRunUnit.last_error).where(
-                TaskRunUnit.task_run_id == run.id, TaskRunUnit.last_error.like("unhandled%")
+                TaskRunUnit.task_run_id == run.id,
+                TaskRunUnit.last_error.like("unhandled%"),
+                TaskRunUnit.failure_kind == "vendor",
             )
         ).all()
+        # The crashes' stacks are stored (and searched below with every row): the probe's
+        # KeyError holds the secret in its locals, which no frame keeps.
+        crashes = dict(
+            db.session.execute(
+                select(TaskRunUnit.unit_key, TaskRunUnit.stack).where(
+                    TaskRunUnit.task_run_id == run.id, TaskRunUnit.failure_kind == "crash"
+                )
+            ).all()
+        )
         leaky = leaky_run_on_the_consumers()
         rows = database_rows() if db.engine.dialect.name == "postgresql" else None
-    # 7, 14, 21, 28 fail as vendor errors (10 and 20 as domain errors).
+    # 7, 14, 21, 28 fail as vendor errors (10 and 20 as domain errors, 9, 18, 27 crash).
     assert sorted(key for key, _ in vendor) == ["probe-14", "probe-21", "probe-28", "probe-7"]
+    assert sorted(crashes) == ["probe-18", "probe-27", "probe-9"]
+    assert all(stack[-1]["function"] == "_read_settings" for stack in crashes.values())
+    assert count_secrets(json.dumps(list(crashes.values())).encode()) == 0
     files = [p for p in [*tmp_path.rglob("*"), *Path(app.instance_path).rglob("*")] if p.is_file()]
     found = {str(path): count_secrets(path.read_bytes()) for path in files}
     if rows is not None:

@@ -29,8 +29,8 @@ def runs() -> int:
         (
             "diagnostics.probe",
             {"unitz": 3},
-            "error: diagnostics.probe has no context key 'unitz' (it reads fail_every, "
-            "sleep_ms, units, vendor_fail_every)",
+            "error: diagnostics.probe has no context key 'unitz' (it reads crash_every, "
+            "fail_every, sleep_ms, units, vendor_fail_every)",
         ),
         (
             "diagnostics.probe",

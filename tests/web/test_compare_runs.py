@@ -1,0 +1,133 @@
+"""Tonight's run against last night's (issue 24, item 5; SPEC §17, "Triage")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.web.backoffice_support import VIEW, browser, finished_run, make_user, sign_in
+
+TYPE = "payments.statements"
+KEYS = ["a", "b", "c", "d", "f"]
+
+
+@pytest.fixture
+def nights(app) -> dict[str, str]:
+    """Three runs of one type: c fails in all three, b in the last two, a only the night
+    before (it recovered), d fails tonight for the first time and e is new tonight."""
+    with app.app_context():
+        oldest = finished_run(TYPE, KEYS, {"c": "no statement for tenant 3"})
+        before = finished_run(
+            TYPE,
+            KEYS,
+            {
+                "a": "no statement for tenant 1",
+                "b": "no statement for tenant 2",
+                "c": "no statement for tenant 3",
+            },
+        )
+        tonight = finished_run(
+            TYPE,
+            [*KEYS, "e"],
+            {
+                "b": "no statement for tenant 2",
+                "c": "no statement for tenant 3",
+                "d": "billing address missing for tenant 4",
+                "e": "no statement for tenant 5",
+            },
+        )
+        # Another type's run in between is never taken for "the previous run".
+        finished_run("other.type", ["a"], {"a": "x"})
+    return {"oldest": oldest, "before": before, "tonight": tonight}
+
+
+@pytest.fixture
+def viewer_web(app):
+    with app.app_context():
+        viewer = make_user("viewer@example.com", VIEW)
+    web = browser(app)
+    sign_in(web, viewer)
+    return web
+
+
+def keys_in(page, section: str) -> list[str]:
+    return [a.get_text() for a in page.html.select(f"#{section} td.key a")]
+
+
+def test_the_compare_page_against_the_previous_run_of_the_type(nights, viewer_web):
+    page = viewer_web.get(f"/backoffice/task-runs/{nights['tonight']}/compare")
+
+    assert keys_in(page, "newly-failing") == ["d", "e"]
+    assert keys_in(page, "recovered") == ["a"]
+    assert keys_in(page, "still-failing") == ["b", "c"]
+    streaks = [
+        td.get_text() for td in page.html.select("#still-failing td[data-label='Runs in a row']")
+    ]
+    assert streaks == ["2", "3"]
+    befores = [
+        td.get_text(" ", strip=True)
+        for td in page.html.select("#newly-failing td[data-label=Before]")
+    ]
+    assert befores == ["completed", "not in that run"]
+    groups = [a.get_text() for a in page.html.select("section .results a.error-text")]
+    assert groups == ["billing address missing for tenant #"]
+    assert nights["before"][:8] in page.html.select_one("h1").get_text()
+    assert "Duration" in page.text and "Throughput" in page.text
+
+
+def test_compare_with_another_run_and_what_is_refused(nights, viewer_web):
+    base = f"/backoffice/task-runs/{nights['tonight']}/compare"
+
+    page = viewer_web.get(f"{base}?with={nights['oldest']}")
+
+    assert keys_in(page, "newly-failing") == ["b", "d", "e"]
+    assert keys_in(page, "recovered") == []
+    viewer_web.get(f"{base}?with={nights['tonight']}", status=404)
+    viewer_web.get(f"{base}?with=not-a-uuid", status=404)
+    viewer_web.get(f"{base}?with=00000000-0000-4000-8000-000000000000", status=404)
+    viewer_web.get(f"/backoffice/task-runs/{nights['oldest']}/compare", status=404)
+
+
+def test_the_run_page_links_to_the_comparison_with_its_counts(nights, viewer_web):
+    page = viewer_web.get(f"/backoffice/task-runs/{nights['tonight']}")
+
+    link = page.html.select_one("a.compare-link")
+    assert link.get_text() == "vs the previous run: 2 newly failing, 1 recovered"
+    assert link["href"] == f"/backoffice/task-runs/{nights['tonight']}/compare"
+    first = viewer_web.get(f"/backoffice/task-runs/{nights['oldest']}")
+    assert first.html.select_one("a.compare-link") is None
+
+
+def test_the_compare_json_has_count_and_units_for_each_set(nights, viewer_web):
+    body = viewer_web.get(f"/api/v1/backoffice/task-runs/{nights['tonight']}/compare").json
+
+    assert (body["uuid"], body["with"]) == (nights["tonight"], nights["before"])
+    assert {k: body[k]["count"] for k in ("newly_failing", "recovered", "still_failing")} == {
+        "newly_failing": 2,
+        "recovered": 1,
+        "still_failing": 2,
+    }
+    assert [u["unit_key"] for u in body["still_failing"]["units"]] == ["b", "c"]
+    assert [u["failing_runs"] for u in body["still_failing"]["units"]] == [2, 3]
+    assert body["recovered"]["units"][0]["previous_error"] == "no statement for tenant 1"
+    assert [g["reason"] for g in body["new_error_groups"]] == [
+        "billing address missing for tenant #"
+    ]
+    viewer_web.get(f"/api/v1/backoffice/task-runs/{nights['oldest']}/compare", status=404)
+
+
+def test_the_cli_compares_and_refuses_in_one_line(app, nights, cli):
+    text = cli.invoke(args=["tasks", "compare", nights["tonight"]])
+    as_json = cli.invoke(args=["tasks", "compare", nights["tonight"], nights["oldest"], "--json"])
+    first = cli.invoke(args=["tasks", "compare", nights["oldest"]])
+    unknown = cli.invoke(args=["tasks", "compare", "nope"])
+
+    assert text.exit_code == 0
+    assert "newly failing: 2" in text.stdout and "recovered: 1" in text.stdout
+    assert "  c  tenant=None  3 runs in a row  no statement for tenant 3" in text.stdout
+    assert json.loads(as_json.stdout)["newly_failing"]["count"] == 3
+    for refused in (first, unknown):
+        assert refused.exit_code == 1
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert refused.stderr.startswith("error: ")

@@ -1,0 +1,180 @@
+"""Triage on the pages, the JSON API and the CLI (issue 24): a crash told from a vendor
+error, with its stack at hand."""
+
+from __future__ import annotations
+
+import csv
+import io
+from urllib.parse import urlencode
+
+import pytest
+
+from diagnostics.probe import FAKE_SECRET
+from taskrunner.contract import operations
+from taskrunner.types import TaskUnit
+from tests.web.backoffice_support import VIEW, browser, finished_run, make_user, sign_in
+from tests.web.tenant_api_support import make_tenant
+
+
+def charge(unit: TaskUnit) -> None:
+    """A task's bug: a setting read that was never written (the secret sits in a local)."""
+    settings = {"token": FAKE_SECRET}
+    settings[f"rate-{unit.key}"]
+
+
+def crash_run(app, keys: list[str]) -> str:
+    with app.app_context():
+        return operations.settle_here(
+            "payments.charges", {}, "test", [TaskUnit(key) for key in keys], charge
+        )
+
+
+@pytest.fixture
+def viewer_web(app):
+    with app.app_context():
+        viewer = make_user("viewer@example.com", VIEW)
+    web = browser(app)
+    sign_in(web, viewer)
+    return web
+
+
+def test_the_error_groups_page_names_a_crash_and_the_line_it_happened_on(app, viewer_web):
+    run_uuid = crash_run(app, ["c1", "c2"])
+
+    page = viewer_web.get(f"/backoffice/task-runs/{run_uuid}/errors")
+
+    [row] = page.html.select("table.groups tbody tr")
+    assert row.select_one(".kind-crash").get_text() == "Crash"
+    assert "a bug in the task" in row.select_one("td.kind").get_text()
+    where = row.select_one(".where").get_text(" ", strip=True)
+    assert where.startswith("in tests/web/test_triage_pages.py:")
+    assert where.endswith(" in charge")
+
+
+def test_the_unit_page_shows_the_stack_collapsed_innermost_last(app, viewer_web):
+    run_uuid = crash_run(app, ["c1"])
+
+    page = viewer_web.get(f"/backoffice/task-runs/{run_uuid}/units/c1")
+
+    details = page.html.select_one("details.stack")
+    assert details is not None and not details.has_attr("open")
+    frames = [li.get_text() for li in details.select("ol.frames li")]
+    assert frames[-1].startswith("tests/web/test_triage_pages.py:")
+    assert frames[-1].endswith(" in charge")
+    assert page.html.select_one(".error-box .kind-crash").get_text() == "Crash"
+    assert FAKE_SECRET not in page.text and "rate-c1" not in page.text
+
+
+def test_the_unit_json_has_its_kind_and_stack(app, viewer_web):
+    run_uuid = crash_run(app, ["c1"])
+
+    unit = viewer_web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/unit?key=c1").json
+
+    assert unit["kind"] == "crash"
+    assert unit["stack"][-1] == {
+        "file": "tests/web/test_triage_pages.py",
+        "line": unit["stack"][-1]["line"],
+        "function": "charge",
+        "own": True,
+    }
+    assert FAKE_SECRET not in str(unit)
+    units = viewer_web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/units").json["units"]
+    assert [u["kind"] for u in units] == ["crash"]
+
+
+def test_the_unit_json_refuses_a_missing_key_and_a_unit_the_run_lacks(app, viewer_web):
+    run_uuid = crash_run(app, ["c1"])
+
+    viewer_web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/unit", status=400)
+    viewer_web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/unit?key=c9", status=404)
+
+
+def test_the_cli_status_names_each_failed_units_kind(app, cli):
+    run_uuid = crash_run(app, ["c1"])
+
+    result = cli.invoke(args=["tasks", "status", run_uuid])
+
+    assert result.exit_code == 0
+    assert "c1  tenant=None  attempts=1  kind=crash  unhandled builtins.KeyError" in result.stdout
+
+
+# -- a group, all of it (item 3) ----------------------------------------------------------
+
+GROUP = "no statement for tenant #"
+BY_GROUP = urlencode({"reason": GROUP})
+
+
+@pytest.fixture
+def big_group(app) -> str:
+    """A run whose 16 failures of one group fall on 16 tenants (more than a group shows),
+    one tenant named like a spreadsheet formula, and a failure of another group."""
+    with app.app_context():
+        tenants = [make_tenant(f"Tenant {i}") for i in range(15)] + [make_tenant("=HYPERLINK()")]
+        keys = [f"s{i}" for i in range(16)] + ["other", "ok"]
+        failing = {f"s{i}": f"no statement for tenant {tenants[i]}" for i in range(16)}
+        failing["other"] = "vendor refused the export"
+        tenant_of = {f"s{i}": tenants[i] for i in range(16)}
+        return finished_run("payments.statements", keys, failing, tenants=tenant_of)
+
+
+def test_more_tenants_opens_every_unit_of_the_group_page_by_page(big_group, viewer_web):
+    errors = viewer_web.get(f"/backoffice/task-runs/{big_group}/errors")
+    more = errors.html.select_one("a.more-tenants")
+    assert more.get_text() == "+4 more"
+
+    seen, page = [], viewer_web.get(more["href"].replace("#units", "") + "&limit=5")
+    while True:
+        seen += [a.get_text() for a in page.html.select("#units td.key a")]
+        nxt = page.html.select_one("#units nav.pager a[rel=next]")
+        if nxt is None:
+            break
+        assert "reason=" in nxt["href"]
+        page = viewer_web.get(nxt["href"])
+    assert seen == [f"s{i}" for i in range(16)]
+    assert GROUP in page.html.select_one(".group-filter").get_text()
+
+
+def test_a_group_exports_as_csv_with_tenant_names_and_no_formula(big_group, viewer_web):
+    answer = viewer_web.get(f"/backoffice/task-runs/{big_group}/units.csv?{BY_GROUP}")
+
+    assert answer.content_type == "text/csv"
+    assert "attachment" in answer.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(answer.text)))
+    assert list(rows[0]) == [
+        "tenant_id",
+        "tenant_name",
+        "unit_key",
+        "attempts",
+        "kind",
+        "reason",
+        "finished",
+    ]
+    assert [r["unit_key"] for r in rows] == [f"s{i}" for i in range(16)]
+    assert rows[0]["tenant_name"] == "Tenant 0" and rows[0]["kind"] == "domain"
+    assert rows[0]["attempts"] == "1" and rows[0]["finished"].endswith("Z")
+    # A cell a spreadsheet would run as a formula is written as text.
+    assert rows[15]["tenant_name"] == "'=HYPERLINK()"
+
+
+def test_a_group_exports_as_json_and_the_api_filters_by_reason(big_group, viewer_web):
+    exported = viewer_web.get(f"/backoffice/task-runs/{big_group}/units.json?{BY_GROUP}").json
+    assert exported["reason"] == GROUP
+    assert len(exported["units"]) == 16
+    assert exported["units"][15]["tenant_name"] == "=HYPERLINK()"
+
+    api = viewer_web.get(f"/api/v1/backoffice/task-runs/{big_group}/units?{BY_GROUP}&limit=10").json
+    assert [u["unit_key"] for u in api["units"]] == [f"s{i}" for i in range(10)]
+    assert api["next_cursor"] == "s9"
+
+
+def test_the_cli_prints_a_groups_units_and_its_csv(app, big_group, cli):
+    listed = cli.invoke(args=["tasks", "status", big_group, "--reason", GROUP])
+    exported = cli.invoke(args=["tasks", "status", big_group, "--reason", GROUP, "--csv"])
+    refused = cli.invoke(args=["tasks", "status", "--reason", GROUP])
+
+    assert listed.exit_code == 0
+    assert len(listed.stdout.splitlines()) == 16 and "kind=domain" in listed.stdout
+    assert "16 units in the error group" in listed.stderr
+    assert exported.exit_code == 0
+    assert len(list(csv.DictReader(io.StringIO(exported.stdout)))) == 16
+    assert refused.exit_code == 2 and "need a RUN_UUID" in refused.stderr
