@@ -7,7 +7,8 @@ functions returned by ``make_job``; the runner wraps them in its tracking
 wrapper. Jobs of a module's own (``job``, ``tracked_job``) are declared here too,
 and return a handle to enqueue them by. The operator surfaces (the backoffice
 pages, the JSON API, the demo seed) read and act through ``operations``, the
-runner's read and operations service; ``GET /metrics`` reads through ``metrics``. A package
+runner's read and operations service; ``GET /metrics`` reads through ``metrics``, a live
+page's stream through ``live_probes``. A package
 publishes events of its own (``declare``, ``publishing``, ``deliver_events``) through the
 runner's outbox.
 Everything else in ``taskrunner`` (and the Huey wiring in ``tasks``) is internal.
@@ -22,7 +23,7 @@ the stale rule (``Tracked``, ``stale_filter``, ``lost_before``) for its recovery
 
 from __future__ import annotations
 
-from taskrunner import metrics, operations
+from taskrunner import live_probes, metrics, operations
 from taskrunner.events import Event, declare, known_events, subscribe
 from taskrunner.failures import register_vendor_error
 from taskrunner.jobs import contained, gate
@@ -100,6 +101,7 @@ __all__ = [
     "gate",
     "job",
     "known_events",
+    "live_probes",
     "lost_before",
     "metrics",
     "operations",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from flask import current_app
@@ -94,7 +93,6 @@ find_run = ledger.runs.find_run  # any case; None for a malformed or unknown uui
 runs_page = ledger.runs.runs_page
 run_units = ledger.runs.run_units_page
 run_events = ledger.runs.run_events
-run_ids_of = ledger.runs.run_ids_of
 error_groups = ledger.errors.error_groups
 unit_history = ledger.fleet.unit_history
 failure_streak = ledger.fleet.failure_streak
@@ -238,7 +236,7 @@ def export_units(
     """Every unit of the run (``reason``: of one error group), as exported, page by page."""
     cursor = None
     while True:
-        page = _released(
+        page = released(
             lambda cursor=cursor: ledger.runs.run_units_page(
                 run, status=status, reason=reason, limit=EXPORT_PAGE, cursor=cursor
             )
@@ -313,28 +311,12 @@ def event_names() -> list[str]:
     return [event.name for event in catalog()]
 
 
-# -- live pages --------------------------------------------------------------------
-
-
-def _released(read: Callable[[], Any]) -> Any:
+def released(read: Callable[[], Any]) -> Any:
+    """``read()``, its transaction released at once: nothing is held between polls or pages."""
     try:
         return read()
     finally:
         ledger.session.rollback()  # no transaction held while the caller sleeps
-
-
-def runs_marker(run_ids: list[int]) -> str:
-    """What moves when one of these runs (or the set of runs) changes."""
-    return _released(lambda: f"{ledger.runs.newest_run_id()}|{ledger.runs.live_marker(run_ids)}")
-
-
-def run_marker(run_id: int) -> str:
-    return _released(lambda: ledger.runs.live_marker([run_id]))
-
-
-def run_state(run_id: int) -> tuple[str, datetime | None]:
-    """A run's status and finish time ("gone" once pruned)."""
-    return _released(lambda: ledger.runs.run_state(run_id))
 
 
 # -- JSON shapes (README, "JSON output") of what the calls above return -------------------

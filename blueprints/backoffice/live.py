@@ -1,6 +1,6 @@
 """Live run pages: server-sent events over the same stream pieces as the course builder.
 
-A stream probes what its page shows (``operations.run_marker``: the runs' statuses
+A stream probes what its page shows (``live_probes.run_marker``: the runs' statuses
 and their active-unit counts, one indexed count) and sends ``changed`` when the
 answer moves; the page then fetches itself and swaps its live regions in place
 (``static/live.js``), never reloading. A run page's stream sends ``finished`` once
@@ -18,7 +18,7 @@ from blueprints.backoffice.blueprint import bp
 from blueprints.backoffice.pages import VIEW, run_or_404
 from blueprints.streams import event_stream
 from live.topics import sse
-from taskrunner.contract import RunStatus, operations
+from taskrunner.contract import RunStatus, live_probes, operations
 
 MAX_FOLLOWED = 200
 
@@ -33,7 +33,7 @@ def run_stream(run_uuid: str):
     run_id = run_or_404(run_uuid).id
 
     def changes(marker: str) -> tuple[list[str], bool]:
-        status, finished_at = operations.run_state(run_id)
+        status, finished_at = live_probes.run_state(run_id)
         payload = {
             "marker": marker,
             "status": status,
@@ -43,7 +43,7 @@ def run_stream(run_uuid: str):
             return [sse("changed", payload)], False
         return [sse("changed", payload), sse("finished", payload)], True
 
-    return event_stream(lambda: operations.run_marker(run_id), changes, _seconds())
+    return event_stream(lambda: live_probes.run_marker(run_id), changes, _seconds())
 
 
 @bp.get("/task-runs/stream")
@@ -53,9 +53,9 @@ def runs_stream():
     uuids = request.args.getlist("run")
     if len(uuids) > MAX_FOLLOWED or not all(operations.is_uuid(u) for u in uuids):
         abort(400, description=f"run must be up to {MAX_FOLLOWED} run uuids")
-    run_ids = operations.run_ids_of(uuids)
+    run_ids = live_probes.run_ids_of(uuids)
     return event_stream(
-        lambda: operations.runs_marker(run_ids),
+        lambda: live_probes.runs_marker(run_ids),
         lambda marker: ([sse("changed", {"marker": marker})], False),
         _seconds(),
     )

@@ -18,6 +18,7 @@ from taskrunner.ledger.compare import CompareReads, Comparison
 from taskrunner.ledger.errors import ErrorGroup, ErrorReads
 from taskrunner.ledger.fleet import FleetReads
 from taskrunner.ledger.hot import forget_cached_runs, release_hot_connection
+from taskrunner.ledger.live import LiveProbes
 from taskrunner.ledger.metrics import (
     DURATION_BOUNDS,
     ActiveUnits,
@@ -55,6 +56,7 @@ class Ledger:
         self.session = session
         writes = Writes(session)
         self.runs = RunReads(session)
+        self.live = LiveProbes(session)
         self.errors = ErrorReads(session)
         self.compare = CompareReads(session, self.errors)
         self.fleet = FleetReads(session)

@@ -398,7 +398,7 @@ def test_the_run_stream_moves_when_a_unit_finishes(app):
     with app.app_context():
         run_uuid = running_run(["a", "b"])
         run = ledger.runs.get_run(run_uuid)
-        before = ledger.runs.live_marker([run.id])
+        before = ledger.live.live_marker([run.id])
         unit = db.session.execute(
             update(TaskRunUnit)
             .where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.unit_key == "a")
@@ -406,7 +406,7 @@ def test_the_run_stream_moves_when_a_unit_finishes(app):
             .returning(TaskRunUnit.id)
         ).scalar_one()
         db.session.commit()
-        assert unit and ledger.runs.live_marker([run.id]) != before
+        assert unit and ledger.live.live_marker([run.id]) != before
 
 
 def test_the_run_list_stream_takes_only_run_uuids(viewer_web, failed_uuid):

@@ -20,13 +20,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import update
 
+from blueprints.api.contract import EXAMPLE_RUN
 from blueprints.openapi_cli import BEGIN, END
 from blueprints.problems import MAX_REQUEST_TARGET, MEDIA_TYPE, SERVER_REQUEST_LINE_LIMIT
 from extensions import db
 from payments.statements import generate_statement
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import ledger
+from taskrunner.models import TaskRun
 from tests.live_server import LiveServer
 from tests.support import Consumers
 from tests.web.backoffice_support import PASSWORD, finished_run, make_user
@@ -69,11 +72,15 @@ def seed_ledger(tenant_id: int) -> None:
         {"statements:999:2026-08": "tenant 999 has no billing address for 2026-08"},
         tenants={f"statements:{tenant_id}:2026-08": tenant_id, "statements:999:2026-08": 999},
     )
-    finished_run(
+    probe = finished_run(
         "diagnostics.probe",
         ["probe-1", "probe-2", "probe-3"],
         {"probe-2": "probe unit 2 failed", "probe-3": "unhandled builtins.OSError — see logs"},
     )
+    # The run the documents' examples name: every example (a run, its unit "probe-3")
+    # answers a success, whatever path the random phases take.
+    db.session.execute(update(TaskRun).where(TaskRun.uuid == probe).values(uuid=EXAMPLE_RUN))
+    db.session.commit()
     # Queued and never enqueued: "never started" once TASK_RUNNER_NEVER_STARTED_SECONDS pass.
     ledger.transitions.create_run(
         "diagnostics.probe", {}, "test", [TaskUnit(f"probe-{i}") for i in (1, 2)], 1000
