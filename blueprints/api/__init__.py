@@ -48,6 +48,7 @@ def units(run_uuid: str):
         operations.run_units,
         run,
         status=params.unit_status("status"),
+        reason=params.text("reason"),
         limit=params.limit(),
         cursor=params.cursor(),
     )

@@ -165,6 +165,8 @@ def test_a_group_exports_as_json_and_the_api_filters_by_reason(big_group, viewer
     api = viewer_web.get(f"/api/v1/backoffice/task-runs/{big_group}/units?{BY_GROUP}&limit=10").json
     assert [u["unit_key"] for u in api["units"]] == [f"s{i}" for i in range(10)]
     assert api["next_cursor"] == "s9"
+    other = viewer_web.get(f"/api/v1/backoffice/task-runs/{big_group}/units?reason=no+such+group")
+    assert other.json["units"] == []
 
 
 def test_the_cli_prints_a_groups_units_and_its_csv(app, big_group, cli):
