@@ -5,7 +5,7 @@ the one pattern with lookarounds gives, which is what Python's ``normalize_reaso
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import String, literal, select
 from sqlalchemy.sql.visitors import replacement_traverse
@@ -60,5 +60,6 @@ def folded(reason: str) -> str:
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(reason=reasons)
+@example(reason="ref 123458779e14")
 def test_postgresql_folds_every_reason_as_python_does(ctx, reason):
     assert folded(reason) == normalize_reason(reason)
