@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from huey.storage import SqliteStorage
 from sqlalchemy import text
 
 from app import create_app
@@ -144,6 +145,11 @@ def make_app(base_config):
                         huey.flush()
                     except Exception:  # a test may point a queue at a server that is down
                         pass
+            # A test's SQLite queues close their connections with it: a long session would
+            # otherwise hold one per queue of every app it ever built on the same file.
+            for huey in app.extensions["queues"].all().values():
+                if isinstance(huey.storage, SqliteStorage):
+                    huey.storage.close()
             db.engine.dispose()
     forget_cached_runs()
 
