@@ -95,6 +95,15 @@ class TaskRunUnit(db.Model):
         ),
         # The finalization check and per-status listings of one run.
         Index("ix_task_run_units_run_status", "task_run_id", "status", "id"),
+        # A run's live counts per status, read from the index alone (no row visited):
+        # 100,000 units of a running run counted in milliseconds on every run page.
+        Index(
+            "ix_task_run_units_run_live_status",
+            "task_run_id",
+            "status",
+            postgresql_where=text("deleted_at IS NULL"),
+            sqlite_where=text("deleted_at IS NULL"),
+        ),
         # Stale sweep across runs: only the few active rows are indexed.
         Index(
             "ix_task_run_units_active",

@@ -199,7 +199,9 @@ def _view(
     )
 
 
-def _views(wanted: list[str], limit: int, now: datetime | None) -> list[ScheduleView]:
+def _views(
+    wanted: list[str], limit: int, now: datetime | None, release: bool = True
+) -> list[ScheduleView]:
     now = now or utcnow()
     try:
         states = ledger.schedules.states()
@@ -221,7 +223,8 @@ def _views(wanted: list[str], limit: int, now: datetime | None) -> list[Schedule
             for name in wanted
         ]
     finally:
-        ledger.session.rollback()  # a read holds no transaction open
+        if release:
+            ledger.session.rollback()  # a read holds no transaction open
 
 
 def schedules(now: datetime | None = None, limit: int = STRIP) -> list[ScheduleView]:
@@ -236,8 +239,12 @@ def schedule(name: str, now: datetime | None = None, limit: int = DETAIL) -> Sch
 
 
 def missed_count(now: datetime | None = None) -> int:
-    """Schedules with a missed slot in the last 24 h (the navigation's badge)."""
-    return sum(1 for view in schedules(now, limit=1) if view.missed)
+    """Schedules with a missed slot in the last 24 h (the navigation's badge).
+
+    Read inside the page's own transaction: releasing it would expire every row the page
+    loaded before its navigation, and each would be read again, one query per run.
+    """
+    return sum(1 for view in _views(names(), 1, now, release=False) if view.missed)
 
 
 def watch(now: datetime | None = None) -> int:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from database import iso, utcnow
 from taskrunner.delivery import event_dict
 from taskrunner.ledger.errors import folded_reason
+from taskrunner.ledger.group_windows import Read, in_windows
 from taskrunner.ledger.records import (
     ACTIVE,
     UNIT_STATUSES,
@@ -213,6 +214,7 @@ class RunReads:
             if run.status != RunStatus.RUNNING:
                 return Page([], None)
             stmt = stmt.where(stale_filter(cut))
+        found = None
         if cursor:
             found = self.session.execute(
                 select(TaskRunUnit.id).where(
@@ -224,8 +226,22 @@ class RunReads:
             if found is None:
                 raise InvalidCursor("the cursor names no unit of this run")
             stmt = stmt.where(TaskRunUnit.id > found)
-        rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
+        if reason is None:
+            rows = self.session.execute(stmt.order_by(TaskRunUnit.id).limit(limit + 1)).all()
+        else:
+            rows = in_windows(self.session, run.id, found or 0, limit + 1, self._read(stmt))
         return page_of(rows, limit, lambda row: unit_dict(*row), lambda item: item["unit_key"])
+
+    def _read(self, stmt: Any) -> Read:
+        """``stmt``'s rows in a window of ids (``group_windows``), in id order."""
+
+        def read(after: int, upper: int | None, wanted: int) -> list[Any]:
+            bounded = stmt.where(TaskRunUnit.id > after)
+            if upper is not None:
+                bounded = bounded.where(TaskRunUnit.id <= upper)
+            return self.session.execute(bounded.order_by(TaskRunUnit.id).limit(wanted)).all()
+
+        return read
 
     def find_unit(
         self, run: TaskRun, unit_key: str, now: datetime | None = None

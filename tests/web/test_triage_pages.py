@@ -169,6 +169,35 @@ def test_a_group_exports_as_json_and_the_api_filters_by_reason(big_group, viewer
     assert other.json["units"] == []
 
 
+@pytest.mark.parametrize("first_window", [1, 2, 1_000])
+def test_a_groups_units_page_the_same_whatever_the_window_of_failed_units(
+    app, viewer_web, monkeypatch, first_window
+):
+    """A group's units are read a window of failed units at a time (``group_windows``):
+    windows smaller than a page, across other groups' failures and completed units, give
+    the same units in the same order, page after page."""
+    from taskrunner.ledger import group_windows
+
+    monkeypatch.setattr(group_windows, "FIRST_WINDOW", first_window)
+    keys = [f"k{i:02d}" for i in range(30)]
+    # Runs of the group's units, another group's between them, a completed unit now and then.
+    in_group = [k for i, k in enumerate(keys) if i % 3 != 1 and i % 7 != 6]
+    failing = {k: "vendor refused the export" for i, k in enumerate(keys) if i % 3 == 1}
+    failing.update({k: f"no statement for tenant {k[1:]}" for k in in_group})
+    with app.app_context():
+        run_uuid = finished_run("payments.statements", keys, failing)
+
+    seen, cursor = [], None
+    while True:
+        query = {"reason": GROUP, "limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = viewer_web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/units?{urlencode(query)}")
+        seen += [u["unit_key"] for u in page.json["units"]]
+        cursor = page.json["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == in_group
+
+
 def test_the_cli_prints_a_groups_units_and_its_csv(app, big_group, cli):
     listed = cli.invoke(args=["tasks", "status", big_group, "--reason", GROUP])
     exported = cli.invoke(args=["tasks", "status", big_group, "--reason", GROUP, "--csv"])
