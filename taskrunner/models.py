@@ -95,11 +95,13 @@ class TaskRunUnit(db.Model):
         ),
         # The finalization check and per-status listings of one run.
         Index("ix_task_run_units_run_status", "task_run_id", "status", "id"),
-        # Stale sweep across runs: only the few active rows are indexed.
+        # Stale units across runs and in one run: only the active rows are indexed, by
+        # when they were queued ("never started" of a million pending units reads only
+        # those old enough; running units are few, whatever their heartbeat).
         Index(
             "ix_task_run_units_active",
             "status",
-            "heartbeat_at",
+            "queued_at",
             postgresql_where=text(ACTIVE_UNIT),
             sqlite_where=text(ACTIVE_UNIT),
         ),
