@@ -42,20 +42,20 @@ def prefetched(items: Iterable[T], chunk: int = 5000, ahead: int = 2) -> Iterato
         return False
 
     def produce() -> None:
+        batch: list[T] = []
         with app.app_context():
             try:
-                batch: list[T] = []
                 for item in items:
                     batch.append(item)
                     if len(batch) >= chunk:
                         if not send(batch):
                             return
                         batch = []
-                if batch and not send(batch):
-                    return
-                send(_END)
-            except BaseException as exc:  # handed to the caller, which raises it
-                send(exc)
+                end: object = _END
+            except BaseException as exc:  # handed to the caller, after the items before it
+                end = exc
+            if not batch or send(batch):
+                send(end)
 
     helper = threading.Thread(target=produce, name="unit-feed", daemon=True)
     helper.start()
