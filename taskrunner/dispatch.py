@@ -18,7 +18,7 @@ from database import epoch
 from taskrunner.ledger import Dispatch, ledger
 from taskrunner.redaction import register_domain_error
 from taskrunner.registry import registry
-from tasks.huey_internals import enqueue_many
+from tasks.huey_internals import enqueue_many, revoke_many
 from tasks.queues import QueueConfigError, queues
 from tasks.routing import DEFAULT_QUEUE, routes, type_routes
 
@@ -101,8 +101,7 @@ def enqueue_dispatch(dispatch: Dispatch) -> int:
 def revoke(units: list[tuple[int, str]], type_: str) -> None:
     """Revoke the queued jobs of these (unit id, dispatch token) pairs of one run type."""
     huey = queues().huey(queue_of(type_))
-    for unit_id, token in units:
-        huey.revoke_by_id(task_id(unit_id, token))
+    revoke_many(huey, (task_id(unit_id, token) for unit_id, token in units))
 
 
 def unread_queue_file(type_: str) -> Path | None:

@@ -104,11 +104,13 @@ class TaskRunUnit(db.Model):
             postgresql_where=text("deleted_at IS NULL"),
             sqlite_where=text("deleted_at IS NULL"),
         ),
-        # Stale sweep across runs: only the few active rows are indexed.
+        # Stale units across runs and in one run: only the active rows are indexed, by
+        # when they were queued ("never started" of a million pending units reads only
+        # those old enough; running units are few, whatever their heartbeat).
         Index(
             "ix_task_run_units_active",
             "status",
-            "heartbeat_at",
+            "queued_at",
             postgresql_where=text(ACTIVE_UNIT),
             sqlite_where=text(ACTIVE_UNIT),
         ),

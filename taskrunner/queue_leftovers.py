@@ -26,7 +26,7 @@ from flask import current_app
 
 from taskrunner.dispatch import RATE_LIMIT_PREFIX
 from taskrunner.ledger import ledger
-from tasks.huey_internals import REVOKE_PREFIX, lock_prefix, rate_limit_windows
+from tasks.huey_internals import REVOKE_PREFIX, delete_many, lock_prefix, rate_limit_windows
 from tasks.queues import queues
 
 UNIT_TASK = re.compile(rf"^(?:{REVOKE_PREFIX})?u(\d+)\.([0-9a-f]{{32}})$")
@@ -62,8 +62,8 @@ def _clear_queue(huey: Any, finished_runs: set[str], finished_dispatches: set[st
         for pair, names in unit_keys.items():
             if pair not in live:
                 doomed.extend(names)
+    delete_many(huey, doomed)
     for key in doomed:
-        huey.delete(key)
         if key in windows:
             huey.storage.delete_counter(windows[key])
     return len(doomed)

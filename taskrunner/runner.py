@@ -12,13 +12,14 @@ from typing import Any
 
 from flask import current_app
 
-from database import utcnow
+from database import is_sqlite, utcnow
 from taskrunner import dispatch as dispatching
 from taskrunner.ledger import CLI, Actor, Dispatch, PruneReport, ledger
 from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition
+from taskrunner.unit_feed import prefetched
 from taskrunner.unit_rules import checked_units
 
 logger = logging.getLogger(__name__)
@@ -31,9 +32,10 @@ def start(
 ) -> RunHandle:
     """Persist a run and its units, then dispatch one job per unit.
 
-    Refused (``Refused``, ``ContextError``, ``UnitError``) before anything is written: a
-    type that is not registered, a context the type's ``validate`` refuses, a unit the
-    ledger cannot hold (``unit_rules``).
+    Refused (``Refused``, ``ContextError``, ``UnitError``) with nothing written: a type
+    that is not registered, a context the type's ``validate`` refuses, a unit the ledger
+    cannot hold (``unit_rules``: the units are checked as they stream into the run's one
+    transaction, which a refusal rolls back).
     """
     context = dict(context or {})
     definition = registry.get(
@@ -43,6 +45,9 @@ def start(
     if validate is not None:
         validate(context)  # ``ContextError``: refused before any row is written
     units = checked_units(definition.units(context))
+    if not is_sqlite(ledger.session):
+        # Made and checked beside the COPY that stores them (``unit_feed``).
+        units = prefetched(units, current_app.config["TASK_RUNNER_INSERT_CHUNK"])
     dispatch = ledger.transitions.create_run(
         definition.type(),
         context,

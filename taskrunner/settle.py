@@ -30,7 +30,7 @@ def settle_here(
     Each unit is claimed, then completed, or failed with the redacted reason of what
     ``work`` raised; no queue is involved. Returns the run's uuid.
     """
-    units = checked_units(units)
+    units = list(checked_units(units))
     dispatch = ledger.transitions.create_run(type_, context, initiator, units, INSERT_CHUNK)
     for unit_id in ledger.transitions.dispatch_batch(dispatch, 0, len(units) + 1):
         claim = ledger.transitions.claim(unit_id, dispatch.token)

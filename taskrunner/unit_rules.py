@@ -4,7 +4,7 @@ A unit key is stored in a ``VARCHAR(191)``, shown on pages and typed into URLs; 
 tenant id in a ``BIGINT``. PostgreSQL refuses what those columns cannot hold with a
 driver error (a key too long, a NUL, a lone surrogate, an id beyond 64 bits) and SQLite
 stores it anyway, so a key a page could never reach stayed in the ledger. One rule
-decides instead, before any row is written: ``checked_units`` refuses a run naming its
+decides instead, before any row is committed: ``checked_units`` refuses a run naming its
 first offending unit, and the unit page answers 404 for exactly the keys
 ``key_problem`` refuses, so every key a run can hold has a page.
 
@@ -13,7 +13,7 @@ first offending unit, and the unit page answers 404 for exactly the keys
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from security.echo import echo
 from taskrunner.types import TaskUnit, UnitError
@@ -57,10 +57,15 @@ def shown(key: object) -> str:
     return echo(key) if isinstance(key, str) else repr(key)
 
 
-def checked_units(units: Iterable[TaskUnit]) -> list[TaskUnit]:
-    """The units of a run about to start, each checked; ``UnitError`` names the first bad one."""
+def checked_units(units: Iterable[TaskUnit]) -> Iterator[TaskUnit]:
+    """The units of a run about to start, each checked as it streams past; ``UnitError``
+    names the first bad one.
+
+    A generator, so a run of a million units is never a list in memory: the ledger
+    writes them as they come, in the run's one transaction, and a refusal rolls that
+    transaction back (nothing is written). Only the keys are kept, to find a duplicate.
+    """
     seen: set[str] = set()
-    checked: list[TaskUnit] = []
     for position, unit in enumerate(units, start=1):
         problem = key_problem(unit.key)
         if problem is not None:
@@ -73,8 +78,7 @@ def checked_units(units: Iterable[TaskUnit]) -> list[TaskUnit]:
         if unit.key in seen:
             raise UnitError(f"unit {position}: the unit key {shown(unit.key)} is there twice")
         seen.add(unit.key)
-        checked.append(unit)
-    return checked
+        yield unit
 
 
 def possible_keys(keys: Iterable[str]) -> list[str]:

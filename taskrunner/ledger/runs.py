@@ -117,20 +117,31 @@ class RunReads:
         return sorted(set(registry.types()) | ({current} if current else set()))
 
     def live_counts(self, runs: list[TaskRun]) -> dict[int, dict[str, int]]:
-        """Unit counts per run: one grouped query for the running ones, snapshots otherwise."""
-        running = [run.id for run in runs if run.status == RunStatus.RUNNING]
+        """Unit counts per run: one grouped query for the running ones, snapshots otherwise.
+
+        A running run's pending units are its ``units_total`` less the others (a run's
+        units never change in number once it is created, as the metrics count them): a
+        million-unit run that has just started costs the few units it has settled.
+        """
+        running = {run.id: run.units_total for run in runs if run.status == RunStatus.RUNNING}
         live: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(UNIT_STATUSES, 0))
         if running:
             for run_id, status, n in self.session.execute(
                 select(TaskRunUnit.task_run_id, TaskRunUnit.status, func.count())
-                .where(TaskRunUnit.task_run_id.in_(running), not_deleted(TaskRunUnit))
+                .where(
+                    TaskRunUnit.task_run_id.in_(list(running)),
+                    TaskRunUnit.status.in_([s for s in UNIT_STATUSES if s != UnitStatus.PENDING]),
+                    not_deleted(TaskRunUnit),
+                )
                 .group_by(TaskRunUnit.task_run_id, TaskRunUnit.status)
             ):
                 live[run_id][status] = n
         counts: dict[int, dict[str, int]] = {}
         for run in runs:
             if run.status == RunStatus.RUNNING:
-                counts[run.id] = {"total": sum(live[run.id].values()), **live[run.id]}
+                settled = sum(live[run.id].values())
+                live[run.id][UnitStatus.PENDING] = max(0, running[run.id] - settled)
+                counts[run.id] = {"total": max(running[run.id], settled), **live[run.id]}
             else:
                 counts[run.id] = {
                     "total": run.units_total,

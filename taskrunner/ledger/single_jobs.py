@@ -63,7 +63,7 @@ class SingleJobs:
             # Found by its unique dispatch key (an index hit).
             run = lock_row(self.session, TaskRun, TaskRun.dispatch_uuid == dispatch_uuid)
             if created is not None:
-                self.writes.insert_units(run.id, [unit], token, now)
+                self.writes.insert_units(run.id, [[unit]], token, now)
                 self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, 1), run.id)
             elif run.status != RunStatus.RUNNING:
                 return None

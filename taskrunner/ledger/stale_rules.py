@@ -48,6 +48,10 @@ class StaleCutoffs:
     lost: Any
     too_long: Any
     never_started: Any
+    # The latest of the per-type ``never_started`` moments, when those are SQL: a bound
+    # the partial index of active units serves, so a count reads only the units queued
+    # before it, never every pending unit of a million-unit run.
+    never_started_bound: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +129,9 @@ def cutoffs_by_type(type_column: Any, now: datetime, paused: Collection[str]) ->
         whens = [(type_column == t, getattr(c, attr)) for t, c in cuts.items()]
         return case(*whens, else_=getattr(default, attr)) if whens else getattr(default, attr)
 
+    bound = max(c.never_started for c in [default, *cuts.values()])
     # The heartbeat rule is the same for every type.
-    return StaleCutoffs(default.lost, per_type("too_long"), per_type("never_started"))
+    return StaleCutoffs(default.lost, per_type("too_long"), per_type("never_started"), bound)
 
 
 def joined_cutoffs(session: Session, now: datetime) -> StaleCutoffs:
@@ -151,6 +156,8 @@ def _rules(cut: StaleCutoffs, work: Tracked) -> list[tuple[str, Any]]:
     if work.heartbeat_at is not None:
         rules.insert(0, (WORKER_LOST, and_(running, work.heartbeat_at < cut.lost)))
     waiting = and_(work.status == work.waiting, work.queued_at < cut.never_started)
+    if cut.never_started_bound is not None:
+        waiting = and_(waiting, work.queued_at < cut.never_started_bound)
     return [*rules, (NEVER_STARTED, waiting)]
 
 

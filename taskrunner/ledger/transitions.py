@@ -78,7 +78,10 @@ class Transitions:
         units: Iterable[TaskUnit],
         chunk_size: int,
     ) -> Dispatch:
-        """Insert the run and all its units in one transaction (bulk, in chunks)."""
+        """Insert the run and all its units in one transaction (bulk, in chunks).
+
+        ``units`` is read once, as it streams: a million units are never a list here.
+        """
         token = new_token()
         with self.writes.transition() as outbox:
             now = utcnow()
@@ -93,10 +96,7 @@ class Transitions:
             )
             self.session.add(run)
             self.session.flush()
-            total = 0
-            for chunk in chunks(units, chunk_size):
-                self.writes.insert_units(run.id, chunk, token, now)
-                total += len(chunk)
+            total = self.writes.insert_units(run.id, chunks(units, chunk_size), token, now)
             run.units_total = total
             self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, total), run.id)
             dispatch = Dispatch(run.id, run.uuid, type_, token, total)
@@ -323,8 +323,9 @@ class Transitions:
         """Which (unit id, dispatch token) pairs still name an active unit's current job."""
         wanted = list(pairs)
         live: set[tuple[int, str]] = set()
-        for start in range(0, len(wanted), 1000):
-            chunk = wanted[start : start + 1000]
+        # 5,000 ids per read: the leftovers of a cancelled million-unit run are read in 200.
+        for start in range(0, len(wanted), 5000):
+            chunk = wanted[start : start + 5000]
             rows = self.session.execute(
                 select(TaskRunUnit.id, TaskRunUnit.dispatch_token).where(
                     TaskRunUnit.id.in_([unit_id for unit_id, _ in chunk]),

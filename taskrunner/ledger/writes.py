@@ -15,7 +15,7 @@ lock. A domain package locks its own runs with it (``run_lock``, through the con
 from __future__ import annotations
 
 import uuid as uuid_lib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -31,6 +31,15 @@ from taskrunner.ledger.records import UNIT_COLUMNS, Actor, is_uuid, not_deleted
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.redaction import stored_payload
 from taskrunner.types import Refused, RunStatus, TaskUnit, UnitStatus
+
+# COPY's text format: a backslash escapes, and tab and newline end a value or a row.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+NULL = "\\N"
+
+
+def copy_text(value: str) -> str:
+    """``value`` as a field of COPY's text format."""
+    return value.translate(_COPY_ESCAPES)
 
 
 def lock_row(session: Session, model: Any, *where: Any) -> Any | None:
@@ -83,19 +92,40 @@ class Writes:
             }
         )
 
-    def insert_units(self, run_id: int, chunk: list[TaskUnit], token: str, now: datetime) -> None:
-        rows = [(run_id, u.key, u.tenant_id, "pending", 0, token, now, now, now) for u in chunk]
+    def insert_units(
+        self, run_id: int, batches: Iterable[list[TaskUnit]], token: str, now: datetime
+    ) -> int:
+        """Insert the units of each batch as pending rows; return how many."""
+        total = 0
         if is_sqlite(self.session):
-            self.session.execute(
-                insert(TaskRunUnit), [dict(zip(UNIT_COLUMNS, row, strict=True)) for row in rows]
-            )
-            return
-        # COPY is five times faster than executemany for 100,000 rows.
+            for batch in batches:
+                rows = [
+                    dict(zip(UNIT_COLUMNS, row, strict=True))
+                    for row in (
+                        (run_id, u.key, u.tenant_id, "pending", 0, token, now, now, now)
+                        for u in batch
+                    )
+                ]
+                self.session.execute(insert(TaskRunUnit), rows)
+                total += len(rows)
+            return total
+        # One COPY for the whole run, in its text format, written a batch at a time (the
+        # columns every unit shares formatted once): PostgreSQL stores one batch while the
+        # next is made, and no Python call is spent per row and per value.
+        stamp = now.isoformat(" ")
+        shared = f"\tpending\t0\t{token}\t{stamp}\t{stamp}\t{stamp}\n"
         raw = self.session.connection().connection.dbapi_connection
         with raw.cursor() as cursor:
             with cursor.copy(f"COPY task_run_units ({', '.join(UNIT_COLUMNS)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+                for batch in batches:
+                    lines = "".join(
+                        f"{run_id}\t{copy_text(u.key)}\t"
+                        f"{NULL if u.tenant_id is None else int(u.tenant_id)}{shared}"
+                        for u in batch
+                    )
+                    copy.write(lines.encode())
+                    total += len(batch)
+        return total
 
     # -- the run lock and its close ----------------------------------------------------
 

@@ -108,6 +108,46 @@ def test_a_bulk_enqueue_elsewhere_is_hueys_own_enqueue_priorities_included(tmp_p
     assert [huey.dequeue().args for _ in range(3)] == [(5,), (3,), (1,)]
 
 
+# -- revoke_many and delete_many: a batch per round trip on Redis, as Huey writes each ------
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_a_bulk_revoke_revokes_for_good_what_huey_revokes_by_id(redis_huey, tmp_path, backend):
+    if backend == "redis":
+        bulk, single = redis_huey(), redis_huey()
+    else:
+        bulk = SqliteHuey("taskledger.test-bulk", filename=str(tmp_path / "bulk.sqlite3"))
+        single = SqliteHuey("taskledger.test-single", filename=str(tmp_path / "one.sqlite3"))
+    ids = [f"u{n}.{uuid.uuid4().hex}" for n in range(5)]
+
+    internals.revoke_many(bulk, iter(ids), batch=2)
+    for task_id in ids:
+        single.revoke_by_id(task_id)
+
+    assert sorted(bulk.storage.result_items().items()) == sorted(
+        (key.replace(single.name, bulk.name), value)
+        for key, value in single.storage.result_items().items()
+    )
+    for task_id in ids:
+        assert bulk.is_revoked(task_id)
+        assert bulk.is_revoked(task_id)  # still: not revoked once
+    assert not bulk.is_revoked("u99.other")
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_a_bulk_delete_removes_those_result_keys_and_no_other(redis_huey, tmp_path, backend):
+    if backend == "redis":
+        huey = redis_huey()
+    else:
+        huey = SqliteHuey("taskledger.test-bulk", filename=str(tmp_path / "bulk.sqlite3"))
+    for n in range(5):
+        huey.revoke_by_id(f"u{n}.abc")
+
+    internals.delete_many(huey, [f"{internals.REVOKE_PREFIX}u{n}.abc" for n in range(4)], 3)
+
+    assert list(huey.storage.result_items()) == [f"{internals.REVOKE_PREFIX}u4.abc"]
+
+
 # -- the periodic tasks' slots -----------------------------------------------------------
 
 
