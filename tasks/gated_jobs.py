@@ -14,48 +14,40 @@ the queue is still skipped there, without a ledger statement.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any
 
-from huey import Huey, PostgresHuey, RedisHuey, SqliteHuey
+from huey import Huey
 
 # The revoke key Huey is about to delete after the gated job this thread is executing.
 _SKIPPED = threading.local()
 
 
-class SkipsRevokeCleanup(Huey):
-    """A Huey whose ``gated_jobs`` (task names) end without deleting their revoke key."""
+def skip_revoke_cleanup(huey: Huey, job_names: Iterable[str]) -> None:
+    """Make ``huey`` end the jobs named ``job_names`` without deleting their revoke key.
 
-    gated_jobs: frozenset[str] = frozenset()
+    Installed on the instance, so each queue keeps its driver's own Huey class.
+    """
+    gated = frozenset(job_names)
+    huey.gated_jobs = gated  # type: ignore[attr-defined]
+    execute, delete = huey._execute, huey.delete
 
-    def _execute(self, task: Any, timestamp: Any) -> Any:
-        if task.name not in self.gated_jobs:
-            return super()._execute(task, timestamp)
+    def execute_gated(task: Any, timestamp: Any) -> Any:
+        if task.name not in gated:
+            return execute(task, timestamp)
         # Saved and restored: an immediate queue runs a job enqueued by a job inside it.
         outer = getattr(_SKIPPED, "key", None)
         _SKIPPED.key = task.revoke_id
         try:
-            return super()._execute(task, timestamp)
+            return execute(task, timestamp)
         finally:
             _SKIPPED.key = outer
 
-    def delete(self, key: str) -> Any:
+    def delete_unless_skipped(key: str) -> Any:
         if key is not None and key == getattr(_SKIPPED, "key", None):
             _SKIPPED.key = None  # once: any later delete of the key is someone's own
             return False
-        return super().delete(key)
+        return delete(key)
 
-
-class GatedHuey(SkipsRevokeCleanup):
-    pass
-
-
-class GatedSqliteHuey(SkipsRevokeCleanup, SqliteHuey):
-    pass
-
-
-class GatedRedisHuey(SkipsRevokeCleanup, RedisHuey):
-    pass
-
-
-class GatedPostgresHuey(SkipsRevokeCleanup, PostgresHuey):
-    pass
+    huey._execute = execute_gated  # type: ignore[method-assign]
+    huey.delete = delete_unless_skipped  # type: ignore[method-assign]

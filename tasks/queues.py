@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask
-from huey import Huey
+from huey import Huey, PostgresHuey, RedisHuey, SqliteHuey
 from huey.signals import SIGNAL_EXPIRED, SIGNAL_INTERRUPTED
 from redis import ConnectionPool
 
 from database import postgres_connect_args
 from security.files import private_file
 from tasks import presence
-from tasks.gated_jobs import GatedHuey, GatedPostgresHuey, GatedRedisHuey, GatedSqliteHuey
+from tasks.gated_jobs import skip_revoke_cleanup
 from tasks.huey_internals import (
     SharedPostgresStorage,
     SlottedPeriodicTask,
@@ -55,11 +55,11 @@ def _make_huey(app: Flask, queue: str) -> Huey:
     name = f"taskledger.{queue}"
     common: dict[str, Any] = {"results": False, "utc": True}
     if app.config.get("QUEUE_IMMEDIATE"):
-        return GatedHuey(name, immediate=True, **common)
+        return Huey(name, immediate=True, **common)
     if driver == "sqlite":
         filename = private_file(sqlite_queue_path(app))
         # A file replaced under a running consumer is noticed and reopened.
-        return GatedSqliteHuey(
+        return SqliteHuey(
             name,
             storage_class=WatchedSqliteStorage,
             filename=str(filename),
@@ -67,13 +67,13 @@ def _make_huey(app: Flask, queue: str) -> Huey:
             **common,
         )
     if driver == "redis":
-        return GatedRedisHuey(name, connection_pool=_redis_pool(app), **common)
+        return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":
         dsn = app.config.get("QUEUE_POSTGRES_DSN") or libpq_dsn(
             app.config["SQLALCHEMY_DATABASE_URI"]
         )
         # Two connections a process, whatever its threads or queues (tasks.budget).
-        return GatedPostgresHuey(
+        return PostgresHuey(
             name,
             storage_class=SharedPostgresStorage,
             dsn=dsn,
@@ -167,8 +167,8 @@ class Queues:
         )
         # ``huey_consumer`` asks the instance for its consumer: ours registers itself.
         serve_with(huey, presence.consumer_factory(self.app, huey))
-        huey.gated_jobs = frozenset(
-            spec.name for spec in routes.jobs.values() if spec.gated and spec.queue in (None, queue)
+        skip_revoke_cleanup(
+            huey, (s.name for s in routes.jobs.values() if s.gated and s.queue in (None, queue))
         )
         for spec in routes.jobs.values():
             if spec.queue in (None, queue):
