@@ -140,7 +140,7 @@ def handed_back(
         logger.warning("Unit %s handed back on shutdown as a new job", unit_id)
 
 
-@job(RUN_UNIT, queue=None, timeout=900, on_stop=handed_back, on_expire=expired)
+@job(RUN_UNIT, queue=None, timeout=900, on_stop=handed_back, on_expire=expired, gated=True)
 def run_unit(
     run_id: int, unit_id: int, token: str, horizon: float, type_: str | None = None
 ) -> None:

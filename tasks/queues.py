@@ -29,6 +29,7 @@ from redis import ConnectionPool
 from database import postgres_connect_args
 from security.files import private_file
 from tasks import presence
+from tasks.gated_jobs import skip_revoke_cleanup
 from tasks.huey_internals import (
     SharedPostgresStorage,
     SlottedPeriodicTask,
@@ -166,6 +167,9 @@ class Queues:
         )
         # ``huey_consumer`` asks the instance for its consumer: ours registers itself.
         serve_with(huey, presence.consumer_factory(self.app, huey))
+        skip_revoke_cleanup(
+            huey, (s.name for s in routes.jobs.values() if s.gated and s.queue in (None, queue))
+        )
         for spec in routes.jobs.values():
             if spec.queue in (None, queue):
                 self._tasks[(queue, spec.name)] = huey.task(

@@ -92,6 +92,9 @@ class JobSpec:
     # can be handed back) or when Huey drops the job unrun past its ``expires``.
     on_stop: Callable[..., Any] | None = None
     on_expire: Callable[..., Any] | None = None
+    # Its first statement claims its work in the ledger and refuses a superseded or
+    # cancelled dispatch: Huey's revoke-key cleanup after it is skipped (tasks.gated_jobs).
+    gated: bool = False
 
 
 @dataclass(frozen=True)

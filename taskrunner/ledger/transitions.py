@@ -32,6 +32,7 @@ from taskrunner.ledger.hot import (
     hot_transaction,
     run_info,
 )
+from taskrunner.ledger.planner_stats import analyze_units_if_never_analyzed
 from taskrunner.ledger.records import (
     ACTIVE,
     Claim,
@@ -100,6 +101,7 @@ class Transitions:
             run.units_total = total
             self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, total), run.id)
             dispatch = Dispatch(run.id, run.uuid, type_, token, total)
+        analyze_units_if_never_analyzed(self.session)
         return dispatch
 
     def dispatch_batch(self, dispatch: Dispatch, after_id: int, limit: int) -> list[int]:

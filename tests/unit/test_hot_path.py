@@ -20,6 +20,7 @@ from taskrunner.jobs import _settle
 from taskrunner.ledger import ledger, release_hot_connection
 from taskrunner.soft_timeout import soft_timeouts
 from tasks.queues import queues
+from tests.conftest import BACKEND
 from tests.unit.test_ledger_rules import fresh_run
 
 
@@ -226,3 +227,29 @@ def test_a_gate_that_finds_no_free_connection_puts_the_job_back_never_drops_it(
     monkeypatch.setattr(jobs.ledger.transitions, "claim", exhausted)
     with pytest.raises(RetryTask):
         jobs.gate("unit", lambda: jobs.ledger.transitions.claim(job.args[1], job.args[2]))
+
+
+@pytest.mark.skipif(BACKEND != "postgres", reason="PostgreSQL's planner statistics")
+def test_a_run_that_finds_the_units_table_never_analyzed_gathers_its_statistics(ctx):
+    """Without statistics the look read and sorted every active unit of the run on each
+    completion; with any, it walks the run's status index from its newest unit."""
+    from taskrunner.ledger.hot import COMPLETE_AND_LOOK
+    from taskrunner.ledger.planner_stats import NEVER_ANALYZED
+    from taskrunner.types import TaskUnit
+
+    db.session.execute(text("DELETE FROM pg_statistic WHERE starelid = 'task_run_units'::regclass"))
+    db.session.commit()
+    assert db.session.execute(NEVER_ANALYZED).scalar_one()
+    db.session.rollback()
+
+    units = [TaskUnit(f"unit-{i}") for i in range(2_000)]
+    dispatch = ledger.transitions.create_run("tests.controlled", {}, "test", units, 1_000)
+
+    assert not db.session.execute(NEVER_ANALYZED).scalar_one()
+    params = {"unit_id": 1, "token": dispatch.token, "now": None, "run_id": dispatch.run_id}
+    plan = "\n".join(
+        row[0] for row in db.session.execute(text(f"EXPLAIN {COMPLETE_AND_LOOK.text}"), params)
+    )
+    db.session.rollback()
+    assert "Index Scan Backward using ix_task_run_units_run_status" in plan, plan
+    assert "Sort" not in plan, plan
