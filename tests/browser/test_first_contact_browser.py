@@ -40,8 +40,14 @@ LONG_KEY = "tenant-" + "k" * 184  # the longest unit key, likewise
 LONG_REASON = ("vendor said: " + "x" * 60 + " ") * 70 + "z" * 3000
 LONG_TITLE = "Oceanography" + "W" * 179
 
-# The navigation's links, its search box and the sign-out form: their rows at this width.
-NAV_ROWS = """() => {
+# The navigation's links, its search box and the sign-out form: their rows at this width,
+# once the page's stylesheet and fonts are in (a busy server can serve the CSS after the
+# element a test waited for: unstyled, the links stack in rows of their own).
+NAV_ROWS = """async () => {
+    if (document.readyState !== "complete") {
+        await new Promise(done => addEventListener("load", done, {once: true}));
+    }
+    await document.fonts.ready;
     const visible = [...document.querySelectorAll(".topbar > *, .nav > *")]
         .filter(e => e.getClientRects().length && getComputedStyle(e).visibility !== "hidden");
     return new Set(visible.map(e => {
