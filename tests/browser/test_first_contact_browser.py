@@ -7,6 +7,8 @@ the viewport at 1280 and 390 px. Saves the screenshots of the new states."""
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import select, update
 
 from accounts.permissions import PERMISSIONS
@@ -39,6 +41,15 @@ LONG_NAME = "Globex" + "Y" * 185  # the longest tenant name, no space to break a
 LONG_KEY = "tenant-" + "k" * 184  # the longest unit key, likewise
 LONG_REASON = ("vendor said: " + "x" * 60 + " ") * 70 + "z" * 3000
 LONG_TITLE = "Oceanography" + "W" * 179
+
+
+def focused(page, attribute: str, expected: str) -> None:
+    """The focused element's ``attribute`` is ``expected`` within 5 s: autofocus is applied
+    at the browser's next rendering step, after the element a test waited for exists."""
+    page.wait_for_function(
+        f"() => document.activeElement.{attribute} === {json.dumps(expected)}", timeout=5000
+    )
+
 
 # The navigation's links, its search box and the sign-out form: their rows at this width,
 # once the page's stylesheet and fonts are in (a busy server can serve the CSS after the
@@ -203,7 +214,7 @@ def test_an_operator_is_led_from_the_front_door_and_kept_in_place(app, served, c
     # The front door leads to sign-in, then to the run list; the favicon is there.
     page.goto(served + "/")
     assert page.url.startswith(f"{served}/login")
-    assert page.evaluate("document.activeElement.name") == "email"
+    focused(page, "name", "email")
     page.fill("input[name=email]", EMAIL)
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
@@ -226,10 +237,10 @@ def test_an_operator_is_led_from_the_front_door_and_kept_in_place(app, served, c
     page.goto(f"{served}/backoffice/task-runs/{run}")
     page.click("button[name=cancel]")
     page.wait_for_selector(".confirm")
-    assert page.evaluate("document.activeElement.name") == "confirmed"
+    focused(page, "name", "confirmed")
     page.keyboard.press("Enter")
     page.wait_for_selector(".flash")
-    assert page.evaluate("document.activeElement.className") == "flashes"
+    focused(page, "className", "flashes")
     assert "Run cancelled" in page.evaluate("document.activeElement.textContent")
 
     # A form posted after the session ended elsewhere (a password change): sign-in says so,
@@ -246,7 +257,7 @@ def test_an_operator_is_led_from_the_front_door_and_kept_in_place(app, served, c
     page.click("button[name=cancel]")
     page.wait_for_selector("text=Your session ended")
     assert page.url.startswith(f"{served}/login")
-    assert page.evaluate("document.activeElement.className") == "flashes"
+    focused(page, "className", "flashes")
     page.fill("input[name=email]", EMAIL)
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
