@@ -36,6 +36,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 
 from bench.bench_runner import analyze, figure, finalization_costs
+from bench.run import print_figures
 from harness import ProcessPool, fresh_postgres_app, huey_consumer, process_env, wait_for
 
 DATABASE_URL = os.environ.get(
@@ -342,11 +343,6 @@ if __name__ == "__main__":
         start(json.loads(sys.argv[sys.argv.index("--start") + 1]))
         sys.exit(0)
     result = run(quick="--quick" in sys.argv)
-    for item in result["figures"]:
-        mark = {True: "ok", False: "MISSED", None: ""}[item["ok"]]
-        print(
-            f"{item['name']:<58} {item['value']:>12} {item['unit']:<8} {item['target']:<10} {mark}"
-        )
-    print(result["notes"])
+    print_figures(result)
     if "--json" in sys.argv:
         print(json.dumps(result, indent=2))

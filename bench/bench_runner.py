@@ -33,6 +33,7 @@ from typing import Any
 from flask import Flask
 from sqlalchemy import func, select, text
 
+from bench.run import print_figures
 from harness import (
     ProcessPool,
     fresh_postgres_app,
@@ -425,11 +426,6 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 if __name__ == "__main__":
     result = run(quick="--quick" in sys.argv)
-    for item in result["figures"]:
-        mark = {True: "ok", False: "MISSED", None: ""}[item["ok"]]
-        print(
-            f"{item['name']:<58} {item['value']:>12} {item['unit']:<8} {item['target']:<10} {mark}"
-        )
-    print(result["notes"])
+    print_figures(result)
     if "--json" in sys.argv:
         print(json.dumps(result, indent=2))

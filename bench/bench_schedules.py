@@ -28,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
+from bench.run import print_figures
 from harness import build_app, ensure_postgres_database, reset_postgres_schema
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_schedules"
@@ -179,9 +180,6 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 if __name__ == "__main__":
     result = run(quick="--quick" in sys.argv)
-    for item in result["figures"]:
-        mark = {True: "ok", False: "MISSED", None: ""}[item["ok"]]
-        print(f"{item['name']:<48} {item['value']:>9} {item['unit']:<3} {item['target']:<8} {mark}")
-    print(result["notes"])
+    print_figures(result)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -38,6 +38,7 @@ from typing import Any
 from flask import Flask
 
 from bench.bench_runner import analyze, figure
+from bench.run import print_figures
 from harness import (
     ProcessPool,
     build_app,
@@ -555,9 +556,4 @@ if __name__ == "__main__":
         load_copy(sys.argv[2], Path(sys.argv[3]))
         sys.exit(0)
     result = run(quick="--quick" in sys.argv)
-    for item in result["figures"]:
-        mark = {True: "ok", False: "MISSED", None: ""}[item["ok"]]
-        print(
-            f"{item['name']:<70} {item['value']:>10} {item['unit']:<8} {item['target']:<10} {mark}"
-        )
-    print(result["notes"])
+    print_figures(result)
