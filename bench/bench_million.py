@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 
 from bench.bench_runner import analyze, figure, finalization_costs
-from bench.run import print_figures
+from bench.run import percentile, print_figures
 from harness import ProcessPool, fresh_postgres_app, huey_consumer, process_env, wait_for
 
 DATABASE_URL = os.environ.get(
@@ -47,11 +47,6 @@ WORKERS = 2
 PAGE_REQUESTS = 50
 RSS_LIMIT_MB = 250
 TYPE = "diagnostics.effects"
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 class PeakRss:

@@ -47,7 +47,7 @@ from sqlalchemy import create_engine, text
 
 from bench.bench_schedules import fill as fill_schedules
 from bench.plans import named, seq_scans, statements_of
-from bench.run import print_figures
+from bench.run import percentile, print_figures
 from harness import build_app, ensure_postgres_database, reset_postgres_schema
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_pages"
@@ -206,12 +206,6 @@ def fill_console(conn, runs: int) -> None:
     """),
         {"consumers": CONSUMERS},
     )
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 class PagesBench:

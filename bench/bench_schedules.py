@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from bench.run import print_figures
+from bench.run import percentile, print_figures
 from harness import build_app, ensure_postgres_database, reset_postgres_schema
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_schedules"
@@ -83,11 +83,6 @@ def fill(conn, names: list[str], big_slots: int, small_slots: int) -> None:
         )
     conn.execute(text("ANALYZE periodic_slots"))
     conn.execute(text("ANALYZE schedule_states"))
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def time_page(client, path: str, requests: int) -> list[float]:

@@ -191,6 +191,12 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def percentile(samples: list[float], q: float) -> float:
+    """The sample at quantile ``q`` (nearest rank) of ``samples``."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
 def print_figures(result: dict[str, Any]) -> None:
     """One module's figures and notes on stdout, for ``python -m bench.bench_X``."""
     width = max((len(item["name"]) for item in result["figures"]), default=0)
