@@ -32,8 +32,8 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
+from bench.figures import percentile, print_figures
 from bench.plans import named, seq_scans, statements_of
-from bench.run import percentile, print_figures
 from harness import build_app, ensure_postgres_database, reset_postgres_schema
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/bench_compare"

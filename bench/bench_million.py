@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 
 from bench.bench_runner import analyze, figure, finalization_costs
-from bench.run import percentile, print_figures
+from bench.figures import percentile, print_figures
 from harness import ProcessPool, fresh_postgres_app, huey_consumer, process_env, wait_for
 
 DATABASE_URL = os.environ.get(

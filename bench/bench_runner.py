@@ -33,7 +33,7 @@ from typing import Any
 from flask import Flask
 from sqlalchemy import func, select, text
 
-from bench.run import print_figures
+from bench.figures import print_figures
 from harness import (
     ProcessPool,
     fresh_postgres_app,

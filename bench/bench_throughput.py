@@ -38,7 +38,7 @@ from typing import Any
 from flask import Flask
 
 from bench.bench_runner import analyze, figure
-from bench.run import print_figures
+from bench.figures import print_figures
 from harness import (
     ProcessPool,
     build_app,
