@@ -145,6 +145,10 @@ class ClusterReport:
     partition_retried: int = 0  # units retried during the cut (the stale ones not held)
     partition_retried_hosts: dict[str, str] = field(default_factory=dict)  # key: who completed
     partition_retried_elsewhere: bool = False  # every one completed by c1 or c3
+    # Every one completed in the ledger while c2 was still cut off: by c1 or c3.
+    partition_retried_done_in_cut: bool = False
+    # For a retried unit no log shows completed: its token and every line naming its jobs.
+    partition_unattributed: list[str] = field(default_factory=list)
     late_completions: int = 0
     c2_same_processes: bool = False
     c2_units_after_heal: int = 0
@@ -209,6 +213,7 @@ class ClusterReport:
                 f"{self.partition_retried} units retried during the cut, completed by "
                 f"{self.partition_retried_hosts} (want c1 or c3 for each)"
             )
+            found += self.partition_unattributed
         if not (self.late_completions or self.partition_held):
             found.append("the partitioned host neither completed late nor held a unit")
         if not (self.c2_same_processes and self.c2_units_after_heal):
@@ -283,6 +288,7 @@ class ClusterReport:
             ("PostgreSQL connections, peak", str(self.peak_connections)),
             ("processes", "; ".join(self.processes)),
             *[("unit not completed", entry) for entry in self.failed_units],
+            *[("retried unit no log shows run", e) for e in self.partition_unattributed],
         ]  # fmt: skip
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
@@ -578,6 +584,7 @@ class ClusterScenario:
         # The retried jobs queue behind the rest of the run; c2 stays cut off while they
         # wait (within its dead-peer time), and who completed them is read from the logs.
         if retried and self._within(lambda: self._all_completed(retried), 60):
+            report.partition_retried_done_in_cut = True
             self.timeline.mark(f"the {len(retried)} retried units finished on c1 and c3")
         else:
             self.timeline.mark("the retried units still queue: c2 comes back meanwhile")
@@ -748,9 +755,25 @@ class ClusterScenario:
             job = task_id(by_key[key].id, by_key[key].dispatch_token or "")
             hosts = [name for name, jobs in finished.items() if job in jobs]
             report.partition_retried_hosts[key] = ", ".join(hosts) or "nobody"
+            if not hosts:
+                report.partition_unattributed.append(self._lines_of_unit(by_key[key]))
+        # A unit the ledger saw completed while c2 had no link was completed by c1 or c3,
+        # whatever the logs show (a line they lack is reported with the unit's evidence).
         report.partition_retried_elsewhere = bool(report.partition_retried_hosts) and all(
-            hosts in ("c1", "c3") for hosts in report.partition_retried_hosts.values()
+            hosts in ("c1", "c3") or (hosts == "nobody" and report.partition_retried_done_in_cut)
+            for hosts in report.partition_retried_hosts.values()
         )
+
+    def _lines_of_unit(self, row: Any) -> str:
+        """A unit's token in the ledger and every consumer log line naming one of its jobs."""
+        job = f"u{row.id}."
+        lines = [
+            f"{name}: {line}"
+            for name, host in self.cluster.consumers.items()
+            for line in self._host_logs(host).splitlines()
+            if job in line or f"Unit {row.unit_key} " in line
+        ]
+        return f"{row.unit_key} (u{row.id}, token {row.dispatch_token}):\n" + "\n".join(lines)
 
     def _host_logs(self, host: Any) -> str:
         return self.cluster.consumer_logs(host, self.first_process)
