@@ -1,10 +1,13 @@
 """Two runs compared unit by unit: newly failing, recovered, still failing.
 
-Set-based and driven by failed units: each count is one statement that walks the failed
-units of one run (``ix_task_run_units_run_status``) and finds the same key in the other
-run through the unique (run, key) index. The lists are the first ``limit`` units of
-each set, and the streak of a still failing unit (for how many runs of the type in a row
-it failed) is read for those listed units only.
+Set-based and driven by failed units. The three counts are one statement: still failing
+joins the two runs' failed units, newly failing is the rest of this run's, and recovered
+walks the other run's failed units to find each key in this run through the unique
+(run, key) index. The lists are the first ``limit`` units of each set, read a window of
+the driving run's failed units at a time (``group_windows``); the streak of a still
+failing unit (for how many runs of the type in a row it failed) is read for those listed
+units only, and the new error groups are this run's groups under a reason the other run
+has no group for.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from sqlalchemy.orm import Session, aliased
 
 from database import utcnow
 from taskrunner.ledger.errors import ErrorReads
+from taskrunner.ledger.group_windows import in_windows
 from taskrunner.ledger.records import not_deleted, unit_dict
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.types import ACTIVE_UNIT, UnitStatus
@@ -75,7 +79,8 @@ class CompareReads:
         ).scalar_one_or_none()
 
     def _pairs(self, run: TaskRun, other: TaskRun, driving: TaskRun):
-        """(this run's unit, the other run's unit) pairs, walked from ``driving``'s failures."""
+        """(this run's unit, the other run's unit) pairs, walked from ``driving``'s failures;
+        the statement, this run's alias, the other's, and the driving one's."""
         mine, theirs = aliased(TaskRunUnit), aliased(TaskRunUnit)
         if driving is run:
             base, joined, join_on = mine, theirs, theirs.task_run_id == other.id
@@ -94,13 +99,22 @@ class CompareReads:
                 not_deleted(base),
             )
         )
-        return stmt, mine, theirs
+        return stmt, mine, theirs, base
 
-    def _changed(self, stmt: Any, order: Any, limit: int) -> Changed:
-        count = self._count(stmt)
+    def _changed(self, stmt: Any, base: Any, driving: TaskRun, count: int, limit: int) -> Changed:
+        """The first ``limit`` pairs of ``stmt`` in the driving run's id order, read a window
+        of its failed units at a time: the planner, who cannot tell how many of them pair
+        up, would join every failed unit of both runs and sort them to list 50."""
         if not count:
             return Changed()
-        rows = self.session.execute(stmt.order_by(order).limit(limit)).all()
+
+        def read(after: int, upper: int | None, wanted: int) -> list[Any]:
+            window = stmt.where(base.id > after)
+            if upper is not None:
+                window = window.where(base.id <= upper)
+            return self.session.execute(window.order_by(base.id).limit(wanted)).all()
+
+        rows = in_windows(self.session, driving.id, 0, limit, read)
         return Changed(
             count,
             [
@@ -115,29 +129,58 @@ class CompareReads:
             ],
         )
 
+    def tally(self, run: TaskRun, other: TaskRun) -> tuple[int, int, int]:
+        """(newly failing, still failing, recovered), in one statement.
+
+        Still failing joins the two runs' failed units (a hash of a few thousand keys);
+        newly failing is the rest of the run's failed units, so only the recovered walk
+        the other run's failures to look up each key in this run.
+        """
+        mine, theirs = aliased(TaskRunUnit), aliased(TaskRunUnit)
+        failed = self._count(
+            select(mine.id).where(
+                mine.task_run_id == run.id, mine.status == FAILED, not_deleted(mine)
+            )
+        )
+        still = self._count(
+            select(mine.id)
+            .join(
+                theirs,
+                and_(
+                    theirs.task_run_id == other.id,
+                    theirs.unit_key == mine.unit_key,
+                    theirs.status == FAILED,
+                    not_deleted(theirs),
+                ),
+            )
+            .where(mine.task_run_id == run.id, mine.status == FAILED, not_deleted(mine))
+        )
+        healed, mine_b, _theirs, _base = self._pairs(run, other, other)
+        recovered = self._count(healed.where(mine_b.status == COMPLETED))
+        found = self.session.execute(select(failed, still, recovered)).one()
+        return found[0] - found[1], found[1], found[2]
+
     def counts(self, run: TaskRun, other: TaskRun) -> tuple[int, int]:
         """(newly failing, recovered): what the run page says of the comparison."""
-        failing, _mine, theirs = self._pairs(run, other, run)
-        healed, mine, _theirs = self._pairs(run, other, other)
-        return (
-            self._count(failing.where(theirs.status.is_distinct_from(FAILED))),
-            self._count(healed.where(mine.status == COMPLETED)),
-        )
+        newly, _still, recovered = self.tally(run, other)
+        return newly, recovered
 
-    def _count(self, stmt: Any) -> int:
-        return self.session.execute(
-            select(func.count()).select_from(stmt.order_by(None).subquery())
-        ).scalar_one()
+    def _count(self, stmt: Any) -> Any:
+        return select(func.count()).select_from(stmt.order_by(None).subquery()).scalar_subquery()
 
     def compare(self, run: TaskRun, other: TaskRun, limit: int = LIST_CAP) -> Comparison:
-        failing, mine, theirs = self._pairs(run, other, run)
-        newly = self._changed(failing.where(theirs.status.is_distinct_from(FAILED)), mine.id, limit)
-        still = self._changed(failing.where(theirs.status == FAILED), mine.id, limit)
-        healed, mine_b, theirs_b = self._pairs(run, other, other)
-        recovered = self._changed(healed.where(mine_b.status == COMPLETED), theirs_b.id, limit)
+        newly_n, still_n, recovered_n = self.tally(run, other)
+        failing, _mine, theirs, base = self._pairs(run, other, run)
+        newly = self._changed(
+            failing.where(theirs.status.is_distinct_from(FAILED)), base, run, newly_n, limit
+        )
+        still = self._changed(failing.where(theirs.status == FAILED), base, run, still_n, limit)
+        healed, mine, _theirs, base = self._pairs(run, other, other)
+        recovered = self._changed(
+            healed.where(mine.status == COMPLETED), base, other, recovered_n, limit
+        )
         self._streaks(run, still.units)
-        before = {g.reason for g in self.errors.error_groups(other, limit=500)}
-        new_groups = [g for g in self.errors.error_groups(run) if g.reason not in before]
+        new_groups = self.errors.error_groups(run, new_since=other)
         now = utcnow()
         durations = (_seconds(run, now), _seconds(other, now))
         throughputs = (_per_minute(run, durations[0]), _per_minute(other, durations[1]))

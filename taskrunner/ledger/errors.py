@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import case, func, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from security.refs import REF_CODE
 from taskrunner.failures import innermost_own, stored_kind
@@ -58,10 +58,11 @@ def normalize_reason(reason: str | None) -> str:
     return _VARYING.sub("#", reason or "")
 
 
-def folded_reason(session: Session):
-    """SQL for a unit's reason with numbers and error references folded, as grouped."""
+def folded_reason(session: Session, last_error: Any = TaskRunUnit.last_error):
+    """SQL for a unit's reason (``last_error``, of an alias too) with numbers and error
+    references folded, as grouped."""
     if session.get_bind().dialect.name == "postgresql":
-        reason = func.coalesce(TaskRunUnit.last_error, "")
+        reason = func.coalesce(last_error, "")
         # A reason holding "ref " takes the long way: the plain one has no reference to fold.
         plain = func.regexp_replace(reason, r"\d+", "#", "g")
         return case(
@@ -74,7 +75,7 @@ def folded_reason(session: Session):
     # SQLite has no regexp_replace: the same Python function, bound to this connection.
     raw = session.connection().connection.dbapi_connection
     raw.create_function("taskledger_fold_reason", 1, normalize_reason, deterministic=True)
-    return func.taskledger_fold_reason(TaskRunUnit.last_error)
+    return func.taskledger_fold_reason(last_error)
 
 
 def _sample(found: Any) -> list[int]:
@@ -100,11 +101,20 @@ class ErrorReads:
             is not None
         )
 
-    def error_groups(self, run: TaskRun, limit: int = 50) -> list[ErrorGroup]:
+    def _grouped_statuses(self, run: TaskRun) -> tuple[str, ...]:
+        # Only a run an operator retried has units retrying under an old reason: the others
+        # read their failed units alone (a big running run's active units are not walked).
+        return _IN_A_GROUP if self._retried(run) else (UnitStatus.FAILED,)
+
+    def error_groups(
+        self, run: TaskRun, limit: int = 50, new_since: TaskRun | None = None
+    ) -> list[ErrorGroup]:
         """Failed units grouped by their redacted reason (numbers folded), biggest first.
 
         A retried unit keeps its last reason until it settles: it stays in its group,
         counted as ``retrying``, so a retried group is shown until its units settle.
+        ``new_since``: only the groups that run has not (one statement: the other run's
+        reasons are folded, never grouped).
         """
         if self.session.get_bind().dialect.name == "postgresql":
             # Grouping tens of thousands of reasons sorts on disk with the default work_mem.
@@ -113,9 +123,7 @@ class ErrorReads:
         else:
             tenants = func.group_concat(TaskRunUnit.tenant_id.distinct())
         reason = folded_reason(self.session)
-        # Only a run an operator retried has units retrying under an old reason: the others
-        # read their failed units alone (a big running run's active units are not walked).
-        statuses = _IN_A_GROUP if self._retried(run) else (UnitStatus.FAILED,)
+        statuses = self._grouped_statuses(run)
         grouped = (
             select(
                 reason.label("reason"),
@@ -137,6 +145,8 @@ class ErrorReads:
             .order_by(func.count().desc(), reason)
             .limit(limit)
         )
+        if new_since is not None:
+            grouped = grouped.where(reason.not_in(self._reasons(new_since)))
         rows = self.session.execute(grouped).all()
         # One look-up by primary key for every group's first unit: its kind and frames.
         firsts = {
@@ -164,3 +174,13 @@ class ErrorReads:
                 )
             )
         return groups
+
+    def _reasons(self, run: TaskRun) -> Any:
+        """The folded reasons of ``run``'s error groups, as a subquery."""
+        other = aliased(TaskRunUnit)
+        return select(folded_reason(self.session, other.last_error)).where(
+            other.task_run_id == run.id,
+            other.status.in_(self._grouped_statuses(run)),
+            other.last_error.is_not(None),
+            not_deleted(other),
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -131,3 +132,59 @@ def test_the_cli_compares_and_refuses_in_one_line(app, nights, cli):
         assert refused.exit_code == 1
         assert len(refused.stderr.strip().splitlines()) == 1
         assert refused.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_comparison_agrees_with_a_model_of_two_nights_across_many_windows(
+    app, monkeypatch, seed
+):
+    """Two random nights (keys added and dropped, failures under reasons with numbers)
+    against a plain model of the three sets and the new groups; the lists are read three
+    failed units at a time, so every set crosses windows (and some end inside one)."""
+    from taskrunner.ledger import group_windows, ledger
+    from taskrunner.ledger.errors import normalize_reason
+
+    monkeypatch.setattr(group_windows, "FIRST_WINDOW", 3)
+    rng = random.Random(seed)
+    reasons = ["no statement for tenant {}", "vendor timed out after {} s", "iban {} refused"]
+    everyone = [f"k{n:02}" for n in range(40)]
+
+    def night(reason_pool: list[str]) -> tuple[list[str], dict[str, str]]:
+        keys = [k for k in everyone if rng.random() < 0.85]
+        rng.shuffle(keys)
+        failing = {
+            k: rng.choice(reason_pool).format(rng.randint(1, 999))
+            for k in keys
+            if rng.random() < 0.5
+        }
+        return keys, failing
+
+    before_keys, before_failing = night(reasons[:2])
+    tonight_keys, tonight_failing = night(reasons)
+    with app.app_context():
+        before = finished_run(TYPE, before_keys, before_failing)
+        tonight = finished_run(TYPE, tonight_keys, tonight_failing)
+        run, other = ledger.runs.get_run(tonight), ledger.runs.get_run(before)
+        found = ledger.compare.compare(run, other, limit=5)
+        counts = ledger.compare.counts(run, other)
+        db_groups = [g.reason for g in found.new_groups]
+
+    newly = [k for k in tonight_keys if k in tonight_failing and k not in before_failing]
+    still = [k for k in tonight_keys if k in tonight_failing and k in before_failing]
+    recovered = [
+        k
+        for k in before_keys
+        if k in before_failing and k in tonight_keys and k not in tonight_failing
+    ]
+    for changed, model in (
+        (found.newly_failing, newly),
+        (found.still_failing, still),
+        (found.recovered, recovered),
+    ):
+        assert changed.count == len(model)
+        assert [unit["unit_key"] for unit in changed.units] == model[:5]
+    assert counts == (len(newly), len(recovered))
+    old_reasons = {normalize_reason(r) for r in before_failing.values()}
+    assert sorted(db_groups) == sorted(
+        {normalize_reason(r) for r in tonight_failing.values()} - old_reasons
+    )
