@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
+from bench.bench_pages import fold_reasons
 from bench.figures import percentile, print_figures
 from bench.plans import named, seq_scans, statements_of
 from harness import build_app, ensure_postgres_database, reset_postgres_schema
@@ -115,6 +116,7 @@ def fill(conn, units: int, others: int, ledger_units: int) -> None:
     """),
         {"type": TYPE},
     )
+    fold_reasons(conn)
     conn.execute(text("ANALYZE task_runs"))
     conn.execute(text("ANALYZE task_run_units"))
 

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import column as sql_column
+from sqlalchemy import create_engine, table, text
 
 from bench.bench_schedules import fill as fill_schedules
 from bench.figures import percentile, print_figures
@@ -168,12 +169,25 @@ def fill(conn, runs: int, units: int, big: int) -> None:
         FROM generate_series(1, 5000) AS i
     """)
     )
+    fold_reasons(conn)
     fill_console(conn, runs)
     conn.execute(text("ANALYZE"))
 
 
 CONSUMERS = 12
 TENANTS = 5_000
+
+
+def fold_reasons(conn) -> None:
+    """Each filled reason's error-group fold, as the ledger writes it with the reason."""
+    from taskrunner.ledger.reason_fold import fold_sql
+
+    units = table("task_run_units", sql_column("last_error"), sql_column("reason_fold"))
+    conn.execute(
+        units.update()
+        .where(units.c.last_error.is_not(None))
+        .values(reason_fold=fold_sql(units.c.last_error))
+    )
 
 
 def fill_console(conn, runs: int) -> None:

@@ -71,6 +71,8 @@ class TaskRunUnit(db.Model):
     status: Mapped[str] = mapped_column(String(16), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # The reason folded as its error group (``ledger.reason_fold``), written with it.
+    reason_fold: Mapped[str | None] = mapped_column(Text)
     # The last failure's kind (``taskrunner.failures``) and its redacted frames.
     failure_kind: Mapped[str | None] = mapped_column(String(16))
     stack: Mapped[list | None] = mapped_column(JSON)

@@ -13,7 +13,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
-from taskrunner.ledger.errors import folded_reason
+from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import (
     ACTIVE,
     Actor,
@@ -76,7 +76,7 @@ class OperatorActions:
             clauses.append(TaskRunUnit.unit_key.in_(possible_keys(unit_keys)))
         if reason is not None:
             clauses.append(TaskRunUnit.status == UnitStatus.FAILED)
-            clauses.append(folded_reason(self.session) == reason)
+            clauses.append(TaskRunUnit.reason_fold == reason)
         elif stale_only:
             clauses.append(stale)
         elif failed_only:
@@ -187,7 +187,7 @@ class OperatorActions:
                     status=UnitStatus.SKIPPED,
                     finished_at=now,
                     updated_at=now,
-                    last_error="cancelled by operator",
+                    **stored_reason("cancelled by operator"),
                 )
                 .execution_options(synchronize_session=False)
             ).rowcount

@@ -1,9 +1,9 @@
 """One error group's units of a run, read a window of failed units at a time, in id order.
 
-An error group is a fold of each failed unit's reason (``errors.folded_reason``): no
-index finds it, and the planner, who cannot tell how many failed units a group holds,
-reads every failed unit of the run and sorts them to show one page (25,000 regular
-expressions on a 100,000-unit run). Walking the failed units in id order instead, a
+An error group is a fold of each failed unit's reason (``reason_fold``): no index
+finds it, and the planner, who cannot tell how many failed units a group holds, reads
+every failed unit of the run and sorts them to show one page (25,000 rows of a
+100,000-unit run). Walking the failed units in id order instead, a
 window at a time (its bound read from the index, each window four times the last),
 stops as soon as the page is full: a big group costs a window, a rare one a few.
 """

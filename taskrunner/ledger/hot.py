@@ -82,6 +82,7 @@ COMPLETE = (
         finished_at=bindparam("now"),
         updated_at=bindparam("now"),
         last_error=None,
+        reason_fold=None,
         failure_kind=None,
         stack=None,
     )
@@ -132,7 +133,7 @@ COMPLETE_AND_LOOK_SQLITE = COMPLETE.returning(
 _COMPLETE_AND_LOOK = (
     "WITH done AS ("
     "UPDATE task_run_units SET status = 'completed', finished_at = :now, updated_at = :now, "
-    "last_error = NULL, failure_kind = NULL, stack = NULL "
+    "last_error = NULL, reason_fold = NULL, failure_kind = NULL, stack = NULL "
     "WHERE id = :unit_id AND dispatch_token = :token AND status = 'running' {fast}"
     "RETURNING id), "
     "other AS ("

@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session
 
 from database import iso, utcnow
 from taskrunner.delivery import event_dict
-from taskrunner.ledger.errors import folded_reason
 from taskrunner.ledger.group_windows import Read, in_windows
 from taskrunner.ledger.records import (
     ACTIVE,
@@ -219,7 +218,7 @@ class RunReads:
             stmt = stmt.where(TaskRunUnit.status == status)
         if reason is not None:
             stmt = stmt.where(
-                TaskRunUnit.status == UnitStatus.FAILED, folded_reason(self.session) == reason
+                TaskRunUnit.status == UnitStatus.FAILED, TaskRunUnit.reason_fold == reason
             )
         if stale_only:
             if run.status != RunStatus.RUNNING:

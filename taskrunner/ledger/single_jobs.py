@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from database import is_sqlite, utcnow, write_transaction
 from taskrunner import events as ev
+from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import Claim, RunInfo, new_token, not_deleted
 from taskrunner.ledger.stale_rules import lost_cutoff
 from taskrunner.ledger.transitions import owned
@@ -108,7 +109,7 @@ class SingleJobs:
             result = self.session.execute(
                 owned(claim).values(
                     status=UnitStatus.PENDING,
-                    last_error=bounded(reason),
+                    **stored_reason(bounded(reason)),
                     queued_at=now,
                     heartbeat_at=None,
                     updated_at=now,

@@ -15,6 +15,7 @@ from database import utcnow
 from taskrunner import events as ev
 from taskrunner.failures import EXPIRED as EXPIRED_KIND
 from taskrunner.ledger.hot import NOT_PAUSED
+from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import ACTIVE, EXPIRED, not_deleted
 from taskrunner.ledger.stale_rules import (
     joined_cutoffs,
@@ -173,7 +174,7 @@ class StuckSweep:
                 .where(TaskRunUnit.status == UnitStatus.PENDING, unpaused, *where)
                 .values(
                     status=UnitStatus.FAILED,
-                    last_error=EXPIRED,
+                    **stored_reason(EXPIRED),
                     failure_kind=EXPIRED_KIND,
                     stack=None,
                     finished_at=now,

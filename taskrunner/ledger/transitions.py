@@ -33,6 +33,7 @@ from taskrunner.ledger.hot import (
     run_info,
 )
 from taskrunner.ledger.planner_stats import analyze_units_if_never_analyzed
+from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import (
     ACTIVE,
     Claim,
@@ -136,7 +137,7 @@ class Transitions:
                 )
                 .values(
                     status=UnitStatus.FAILED,
-                    last_error=bounded(reason),
+                    **stored_reason(bounded(reason)),
                     failure_kind=kind,
                     stack=None,
                     finished_at=now,
@@ -235,7 +236,7 @@ class Transitions:
                     status=UnitStatus.FAILED,
                     finished_at=now,
                     updated_at=now,
-                    last_error=reason,
+                    **stored_reason(reason),
                     failure_kind=kind,
                     stack=stack or None,
                 )

@@ -19,6 +19,7 @@ from database import write_transaction
 from extensions import db
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import ledger
+from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.models import TaskRunUnit
 from tenancy import services as tenants
 from tests.browser import test_backoffice_browser as base
@@ -103,7 +104,7 @@ def long_values(app) -> dict[str, str]:
             db.session.execute(
                 update(TaskRunUnit)
                 .where(TaskRunUnit.task_run_id == dispatch.run_id, TaskRunUnit.status == "failed")
-                .values(last_error=LONG_REASON)
+                .values(**stored_reason(LONG_REASON))
             )
         build = builder.start(tenant, LONG_TITLE, lessons=1, quizzes=0, concurrency=1)
         run_id = builder.find_run(build).id

@@ -1,6 +1,7 @@
-"""The error groups' folding on PostgreSQL: the fast path (two plain patterns) gives what
-the one pattern with lookarounds gives, which is what Python's ``normalize_reason`` gives
-(SQLite runs that Python function itself)."""
+"""The error groups' fold in PostgreSQL's SQL (``fold_sql``, what a migration's backfill and
+a benchmark's fill write): its fast path (two plain patterns) gives what the one pattern
+with lookarounds gives, which is what Python's ``normalize_reason`` gives (what the ledger
+writes with every reason, on both backends)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import String, literal, select
-from sqlalchemy.sql.visitors import replacement_traverse
 
 from extensions import db
-from taskrunner.ledger.errors import folded_reason, normalize_reason
-from taskrunner.models import TaskRunUnit
+from taskrunner.ledger.reason_fold import fold_sql, normalize_reason
 from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "postgres", reason="SQLite folds in Python")
@@ -45,15 +44,7 @@ reasons = st.lists(pieces, max_size=12).map("".join)
 
 
 def folded(reason: str) -> str:
-    """The SQL fold of ``reason``: the unit's column replaced by the text itself."""
-
-    def as_literal(element):
-        if getattr(element, "table", None) is TaskRunUnit.__table__ and element.key == "last_error":
-            return literal(reason, String)
-        return None
-
-    fold = replacement_traverse(folded_reason(db.session), {}, as_literal)
-    return db.session.execute(select(fold)).scalar_one()
+    return db.session.execute(select(fold_sql(literal(reason, String)))).scalar_one()
 
 
 @settings(

@@ -63,6 +63,7 @@ from taskrunner.contract import (
 )
 from taskrunner.jobs import EXPIRED, handed_back
 from taskrunner.ledger import ledger
+from taskrunner.ledger.reason_fold import normalize_reason
 from taskrunner.models import EventDelivery, OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from taskrunner.redaction import MAX_LENGTH, bounded
 from tasks.queues import queues
@@ -525,6 +526,10 @@ class LedgerMachine(RuleBasedStateMachine):
                     assert _same_reason(got.last_error, unit.reason), (
                         f"{run.tag}/{key}: {got.last_error!r}"
                     )
+                # Every reason is stored with its error group's fold, and none without one.
+                assert got.reason_fold == (
+                    None if got.last_error is None else normalize_reason(got.last_error)
+                ), f"{run.tag}/{key}: {got.reason_fold!r} for {got.last_error!r}"
                 # The job ran once per gate it passed with its body, never twice per token.
                 assert self.task.executions[(run.tag, key)] == run.executions[key]
             if row.status in TERMINAL_RUN:

@@ -142,7 +142,7 @@ def test_the_comparison_agrees_with_a_model_of_two_nights_across_many_windows(
     against a plain model of the three sets and the new groups; the lists are read three
     failed units at a time, so every set crosses windows (and some end inside one)."""
     from taskrunner.ledger import group_windows, ledger
-    from taskrunner.ledger.errors import normalize_reason
+    from taskrunner.ledger.reason_fold import normalize_reason
 
     monkeypatch.setattr(group_windows, "FIRST_WINDOW", 3)
     rng = random.Random(seed)
