@@ -35,7 +35,7 @@ from typing import Any
 
 from sqlalchemy import func, select, text
 
-from bench.bench_runner import analyze, figure, finalization_costs
+from bench.bench_runner import analyze, figure, finalization_costs, flat_finalization
 from bench.figures import percentile, print_figures
 from harness import ProcessPool, fresh_postgres_app, huey_consumer, process_env, wait_for
 
@@ -261,16 +261,7 @@ class MillionBench:
                 digits=1,
             ),
             figure(f"{label}: run page p50 while it runs", v["page_p50"], "ms", digits=1),
-            figure("finalization per unit, 1,000-unit run", small * 1e6, "µs", digits=0),
-            figure(f"finalization per unit, {label}", big * 1e6, "µs", digits=0),
-            figure(
-                f"finalization per unit, {self.n:,} / 1,000",
-                big / small,
-                "×",
-                "≤ 1.25 ×",
-                big / small <= 1.25,
-                digits=2,
-            ),
+            *flat_finalization(small, big, f"{self.n:,}"),
             figure(f"{label}: cancelled", v["cancel"], "s"),
             figure("prune of the cancelled run and the finalization runs", v["prune"], "s"),
             figure(

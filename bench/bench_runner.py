@@ -341,16 +341,7 @@ class RunnerBench:
                 "ms",
                 digits=1,
             ),
-            figure("finalization per unit, 1,000-unit run", small * 1e6, "µs", digits=0),
-            figure(f"finalization per unit, {big_label}-unit run", big * 1e6, "µs", digits=0),
-            figure(
-                f"finalization per unit, {big_label} / 1,000",
-                big / small,
-                "×",
-                "≤ 1.25 ×",
-                big / small <= 1.25,
-                digits=2,
-            ),
+            *flat_finalization(small, big, big_label),
         ]
         notes = (
             f"{self.n:,} tasks per rate; consumers `-k process -w {WORKERS}` on Redis, the "
@@ -375,6 +366,23 @@ def analyze() -> None:
 
     db.session.execute(text("ANALYZE task_runs, task_run_units, diagnostic_effects"))
     db.session.commit()
+
+
+def flat_finalization(small: float, big: float, big_label: str) -> list[dict[str, Any]]:
+    """Finalization's cost per unit at 1,000 units and at ``big_label`` units, and their
+    ratio against its target (flat: within 1.25×)."""
+    return [
+        figure("finalization per unit, 1,000-unit run", small * 1e6, "µs", digits=0),
+        figure(f"finalization per unit, {big_label}-unit run", big * 1e6, "µs", digits=0),
+        figure(
+            f"finalization per unit, {big_label} / 1,000",
+            big / small,
+            "×",
+            "≤ 1.25 ×",
+            big / small <= 1.25,
+            digits=2,
+        ),
+    ]
 
 
 def finalization_costs(sizes: tuple[int, ...], chunk: int) -> list[tuple[float, float]]:
