@@ -18,7 +18,9 @@ match tried as a whole:
 
 A UUID is an identifier, never a secret, and operators search for run uuids in logs
 and reasons: one whose groups happen to be all digits would otherwise pass for a
-card number, so UUID-shaped text is left as it is.
+card number, so UUID-shaped text is left as it is. So is a uuid written without its
+dashes (32 hex digits standing alone, as every dispatch token and Huey job id is):
+nine digits inside one read as an SSN, and a masked job id cannot be found in a log.
 
 Half of the one scrubber (``security.scrub``: credentials, then these values), which
 ``dlp.setup`` binds to the task runner's scrubber seam at app start: dlp depends on
@@ -52,6 +54,7 @@ SSN = re.compile(r"(?<!\d)(?!000|666|9)\d{3}([ \-]?)(?!00)\d{2}\1(?!0000)\d{4}(?
 UUID = re.compile(
     r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
     r"[0-9a-fA-F]{12}(?![0-9A-Za-z])"
+    r"|(?<![0-9A-Za-z])[0-9a-fA-F]{32}(?![0-9A-Za-z])"
 )
 SEPARATOR = re.compile(r"([ .\-]{1,2})")
 CARD_DIGITS = range(13, 20)
@@ -199,7 +202,8 @@ def _mask_values(text: str) -> str:
 
 
 def mask(text: str) -> str:
-    """Mask every checksum-valid card number, IBAN and SSN in ``text``; UUIDs stay."""
+    """Mask every checksum-valid card number, IBAN and SSN in ``text``; UUIDs stay,
+    with or without their dashes."""
     out, at = [], 0
     for uuid in UUID.finditer(text):
         out += [_mask_values(text[at : uuid.start()]), uuid.group()]

@@ -269,3 +269,46 @@ def test_a_uuid_is_never_taken_for_a_card_or_an_ssn(value, upper, before, after)
 def test_a_card_next_to_a_uuid_is_still_masked():
     text = "run 00000000-0000-4000-8000-000000000000 card 4111 1111 1111 1111"
     assert mask(text) == "run 00000000-0000-4000-8000-000000000000 card [card ····1111]"
+
+
+@st.composite
+def tokens(draw) -> str:
+    """32 hex digits, as uuid4().hex: random, or with an SSN or a card's digits inside
+    (``e289d123456789b796…``), which a random draw almost never holds."""
+    token = uuid.UUID(int=draw(st.integers(0, 2**128 - 1))).hex
+    inside = draw(st.one_of(st.just(""), ssns(), card_numbers()))
+    at = draw(st.integers(0, 32 - len(inside)))
+    return token[:at] + inside + token[at + len(inside) :]
+
+
+@PROPERTY
+@given(token=tokens(), upper=st.booleans(), unit=st.integers(1, 10**9), before=prose, after=prose)
+def test_a_dispatch_token_or_job_id_is_never_masked(token, upper, unit, before, after):
+    # A token is uuid4().hex and a job id ``u<unit>.<token>``: a log line whose job id
+    # was masked cannot be found by it.
+    token = token.upper() if upper else token
+    job = f"u{unit}.{token}"
+    text = f"{before} run_unit: {job} {after}"
+    assert mask(text) == mask(f"{before} run_unit: u{unit}.") + token + mask(f" {after}")
+
+
+@PROPERTY
+@given(
+    token=tokens(),
+    pan=card_numbers(),
+    ssn=ssns(),
+    glue=st.sampled_from([" ", ".", ": ", "/", "-"]),
+)
+def test_a_card_or_ssn_next_to_a_token_is_still_masked(token, pan, ssn, glue):
+    masked = mask(f"job u7.{token}{glue}card {pan} ssn {ssn}{glue}{token}")
+    assert masked.count(token) == 2
+    # The token may hold the same digits: only what stands outside it must be gone.
+    outside = masked.replace(token, " ")
+    assert not survives(pan, outside) and not survives(ssn, outside), masked
+
+
+@pytest.mark.parametrize("length", [31, 33, 40])
+def test_only_a_whole_32_hex_digit_token_is_exempt(length):
+    # 123456789 is a valid SSN; inside hex that is no token, it is masked as before.
+    text = f"ref {('ab123456789cd' + 'e' * 40)[:length]} end"
+    assert "[ssn]" in mask(text)
