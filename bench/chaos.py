@@ -247,7 +247,7 @@ class ChaosRun:
                 raise TimeoutError(f"run {run_uuid} not completed after {plan.timeout:g} s")
             try:
                 run = self._fresh_run(run_uuid)
-                counts = ledger.runs.run_counts(run)
+                counts = ledger.counts.run_counts(run)
                 db.session.rollback()
             except DBAPIError:
                 db.session.rollback()

@@ -184,7 +184,7 @@ def run_list(page: Page, type_: str | None = None) -> RunList:
     retried = ledger.attention.retried_runs(page.items)
     return RunList(
         page=page,
-        counts=ledger.runs.live_counts(page.items),
+        counts=ledger.counts.live_counts(page.items),
         stale=ledger.attention.stale_per_run(page.items),
         retried=retried,
         # Only a retried run has idle time (closed, waiting for the retry).
@@ -196,13 +196,14 @@ def run_list(page: Page, type_: str | None = None) -> RunList:
 
 def run_detail(run: TaskRun, cap: int = DETAIL_CAP, events: int = DETAIL_CAP) -> RunDetail:
     """Everything the run page and the run's JSON show, with lists capped at ``cap``."""
-    counts = ledger.runs.run_counts(run)
+    stale, stale_total = ledger.runs.stale_preview(run, limit=cap)
+    counts = {**ledger.counts.live_counts([run])[run.id], "stale": stale_total}
     return RunDetail(
         run=run,
         counts=counts,
         failed=run_units(run, status="failed", limit=cap) if counts["failed"] else None,
         skipped=run_units(run, status="skipped", limit=cap) if counts["skipped"] else None,
-        stale=run_units(run, stale_only=True, limit=cap) if counts["stale"] else None,
+        stale=stale if stale_total else None,
         events=ledger.runs.run_events(run, limit=events),
         actions=ledger.runs.run_actions(run),
         parked=delivery.parked(run_id=run.id, limit=cap),
@@ -294,7 +295,7 @@ def _other_run(run: TaskRun, other_uuid: str | None) -> TaskRun:
 
 
 def count_cancellable(run: TaskRun) -> int:
-    counts = ledger.runs.run_counts(run)
+    counts = ledger.counts.live_counts([run])[run.id]
     return counts["pending"] + counts["running"]
 
 

@@ -28,7 +28,7 @@ def run_summary(run: TaskRun, counts: dict[str, int] | None = None) -> dict[str,
         "initiator": run.initiator,
         "started_at": iso(run.started_at),
         "finished_at": iso(run.finished_at),
-        "units": counts if counts is not None else ledger.runs.run_counts(run),
+        "units": counts if counts is not None else ledger.counts.run_counts(run),
     }
 
 
@@ -57,7 +57,7 @@ def runs_page(page: Page) -> dict[str, Any]:
 
 
 def run_summaries(runs: list[TaskRun]) -> list[dict[str, Any]]:
-    counts = ledger.runs.counts_of(runs)
+    counts = ledger.counts.counts_of(runs)
     return [run_summary(run, counts[run.id]) for run in runs]
 
 

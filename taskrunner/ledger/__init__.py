@@ -15,6 +15,7 @@ from extensions import db
 from taskrunner.ledger.actions import OperatorActions
 from taskrunner.ledger.attention import Attention, AttentionReads
 from taskrunner.ledger.compare import CompareReads, Comparison
+from taskrunner.ledger.counts import RunCounts
 from taskrunner.ledger.errors import ErrorGroup, ErrorReads
 from taskrunner.ledger.fleet import FleetReads
 from taskrunner.ledger.hot import forget_cached_runs, release_hot_connection
@@ -56,6 +57,7 @@ class Ledger:
         self.session = session
         writes = Writes(session)
         self.runs = RunReads(session)
+        self.counts = RunCounts(session)
         self.live = LiveProbes(session)
         self.errors = ErrorReads(session)
         self.compare = CompareReads(session, self.errors)

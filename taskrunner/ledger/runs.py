@@ -9,7 +9,6 @@ never after an internal id.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,7 +20,6 @@ from taskrunner.delivery import event_dict
 from taskrunner.ledger.group_windows import Read, in_windows
 from taskrunner.ledger.records import (
     ACTIVE,
-    UNIT_STATUSES,
     InvalidCursor,
     Page,
     is_uuid,
@@ -115,77 +113,9 @@ class RunReads:
         """Types for the filter: the registered ones (a DISTINCT over every run would grow)."""
         return sorted(set(registry.types()) | ({current} if current else set()))
 
-    def live_counts(self, runs: list[TaskRun]) -> dict[int, dict[str, int]]:
-        """Unit counts per run: one grouped query for the running ones, snapshots otherwise.
-
-        A running run's pending units are its ``units_total`` less the others (a run's
-        units never change in number once it is created, as the metrics count them): a
-        million-unit run that has just started costs the few units it has settled.
-        """
-        running = {run.id: run.units_total for run in runs if run.status == RunStatus.RUNNING}
-        live: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(UNIT_STATUSES, 0))
-        if running:
-            for run_id, status, n in self.session.execute(
-                select(TaskRunUnit.task_run_id, TaskRunUnit.status, func.count())
-                .where(
-                    TaskRunUnit.task_run_id.in_(list(running)),
-                    TaskRunUnit.status.in_([s for s in UNIT_STATUSES if s != UnitStatus.PENDING]),
-                    not_deleted(TaskRunUnit),
-                )
-                .group_by(TaskRunUnit.task_run_id, TaskRunUnit.status)
-            ):
-                live[run_id][status] = n
-        counts: dict[int, dict[str, int]] = {}
-        for run in runs:
-            if run.status == RunStatus.RUNNING:
-                settled = sum(live[run.id].values())
-                live[run.id][UnitStatus.PENDING] = max(0, running[run.id] - settled)
-                counts[run.id] = {"total": max(running[run.id], settled), **live[run.id]}
-            else:
-                counts[run.id] = {
-                    "total": run.units_total,
-                    "pending": 0,
-                    "running": 0,
-                    "completed": run.units_completed,
-                    "failed": run.units_failed,
-                    "skipped": run.units_skipped,
-                }
-        return counts
-
     def _cutoffs_of(self, run: TaskRun, now: datetime | None) -> StaleCutoffs:
         """The stale rule's cutoffs for one run's type (known up front: nothing joined)."""
         return stale_cutoffs(run.type, now or utcnow(), paused_type_names(self.session))
-
-    def counts_of(
-        self, runs: list[TaskRun], now: datetime | None = None
-    ) -> dict[int, dict[str, int]]:
-        """Counts per run with their stale units, in a fixed number of queries for a list:
-        one grouped count for the running runs, then one stale count per type among them
-        (the stale rule's cutoffs are per type; finished runs have no stale units)."""
-        counts = {run_id: {**c, "stale": 0} for run_id, c in self.live_counts(runs).items()}
-        running_by_type: dict[str, list[int]] = defaultdict(list)
-        for run in runs:
-            if run.status == RunStatus.RUNNING:
-                running_by_type[run.type].append(run.id)
-        if running_by_type:
-            now = now or utcnow()
-            paused = paused_type_names(self.session)
-        for type_, ids in running_by_type.items():
-            for run_id, n in self.session.execute(
-                select(TaskRunUnit.task_run_id, func.count())
-                .where(
-                    TaskRunUnit.task_run_id.in_(ids),
-                    not_deleted(TaskRunUnit),
-                    stale_filter(stale_cutoffs(type_, now, paused)),
-                )
-                .group_by(TaskRunUnit.task_run_id)
-            ):
-                counts[run_id]["stale"] = n
-        return counts
-
-    def run_counts(self, run: TaskRun, now: datetime | None = None) -> dict[str, int]:
-        """Counts of one run, with its stale units (only a running run has any)."""
-        return self.counts_of([run], now)[run.id]
 
     # -- units of one run ------------------------------------------------------------
 
@@ -241,6 +171,30 @@ class RunReads:
         else:
             rows = in_windows(self.session, run.id, found or 0, limit + 1, self._read(stmt))
         return page_of(rows, limit, lambda row: unit_dict(*row), lambda item: item["unit_key"])
+
+    def stale_preview(
+        self, run: TaskRun, limit: int, now: datetime | None = None
+    ) -> tuple[Page, int]:
+        """The run's first ``limit`` stale units and how many it has, in one statement:
+        the count and the list test the same active rows, so they are read once."""
+        if run.status != RunStatus.RUNNING:
+            return Page([], None), 0
+        stmt, cut = self._units_of(run, now)
+        # The count runs over the ids alone: a window over whole rows would copy each one.
+        first = self.session.execute(
+            select(TaskRunUnit.id, func.count().over())
+            .where(TaskRunUnit.task_run_id == run.id, not_deleted(TaskRunUnit))
+            .where(stale_filter(cut))
+            .order_by(TaskRunUnit.id)
+            .limit(limit + 1)
+        ).all()
+        if not first:
+            return Page([], None), 0
+        rows = self.session.execute(
+            stmt.where(TaskRunUnit.id.in_([row[0] for row in first])).order_by(TaskRunUnit.id)
+        ).all()
+        page = page_of(rows, limit, lambda row: unit_dict(*row), lambda item: item["unit_key"])
+        return page, first[0][1]
 
     def _read(self, stmt: Any) -> Read:
         """``stmt``'s rows in a window of ids (``group_windows``), in id order."""

@@ -256,12 +256,12 @@ def test_a_paused_types_waiting_units_are_not_reported_never_started(ctx, contro
     later = utcnow() + timedelta(hours=5)  # past "never started", inside the drain horizon
     run = ledger.runs.get_run(handle.uuid)
     assert (
-        ledger.runs.run_counts(run, later)["stale"] == 2
+        ledger.counts.run_counts(run, later)["stale"] == 2
     )  # lost by the queue, as far as anyone knows
 
     runner.pause(controlled.type())
 
-    assert ledger.runs.run_counts(run, later)["stale"] == 0
+    assert ledger.counts.run_counts(run, later)["stale"] == 0
     assert ledger.fleet.stale_units_page(now=later).items == []
     assert ledger.sweeps.mark_stuck(now=later) == 0
     assert ledger.runs.count_events("tasks.unit.stuck") == 0

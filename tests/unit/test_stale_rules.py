@@ -61,7 +61,15 @@ def agree(run_uuid: str, now: datetime, expected: dict[str, str]) -> None:
     seen = reasons_everywhere(run_uuid, now)
     assert seen == dict.fromkeys(seen, expected)
     run = ledger.runs.get_run(run_uuid)
-    assert ledger.runs.run_counts(run, now)["stale"] == len(expected)
+    assert ledger.counts.run_counts(run, now)["stale"] == len(expected)
+    # The run page's preview: its first stale unit (id order) and the count, in one read.
+    preview, total = ledger.runs.stale_preview(run, limit=1, now=now)
+    assert total == len(expected)
+    first = sorted(expected)[:1]
+    assert {u["unit_key"]: u["stale_reason"] for u in preview.items} == {
+        key: expected[key] for key in first
+    }
+    assert (preview.next_cursor is not None) == (len(expected) > 1)
     assert ledger.attention.stale_per_run([run], now).get(run.id, 0) == len(expected)
     assert ledger.attention.attention(now).stale_units == len(expected)
     assert ledger.fleet.stale_counts_by_run(now) == (

@@ -78,7 +78,7 @@ def test_the_run_list_reads_its_counts_in_a_fixed_number_of_queries(app, api, co
             event.remove(engine, "before_cursor_execute", record)
         with app.app_context():
             for run in body["runs"]:
-                assert run["units"] == ledger.runs.run_counts(ledger.runs.get_run(run["uuid"]))
+                assert run["units"] == ledger.counts.run_counts(ledger.runs.get_run(run["uuid"]))
         return [s for s in seen if "task_run_units" in s]
 
     with app.app_context():

@@ -40,7 +40,7 @@ def ledger_state() -> tuple:
     return (
         run.uuid,
         run.status,
-        ledger.runs.run_counts(run)["completed"],
+        ledger.counts.run_counts(run)["completed"],
         len(ledger.runs.run_events(run, limit=200)),
     )
 

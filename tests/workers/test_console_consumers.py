@@ -90,7 +90,7 @@ def test_a_paused_type_waits_before_a_live_consumer_and_runs_on_resume(ctx, cons
     # The consumer takes every job from the queue and the gate turns each away.
     wait_for(lambda: console.waiting_count("tasks") == 0, timeout=30, message="queue drained")
     db.session.rollback()
-    counts = ledger.runs.run_counts(ledger.runs.get_run(handle.uuid))
+    counts = ledger.counts.run_counts(ledger.runs.get_run(handle.uuid))
     assert (counts["pending"], counts["completed"]) == (20, 0)
 
     assert runner.resume("diagnostics.probe") == 20
