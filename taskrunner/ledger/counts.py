@@ -51,12 +51,12 @@ class RunCounts:
         running = {run.id: run.units_total for run in runs if run.status == RunStatus.RUNNING}
         live: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(UNIT_STATUSES, 0))
         if running:
-            for run_id, *counts in self.session.execute(
+            for run_id, *settled in self.session.execute(
                 select(TaskRun.id, *[_settled_count(status) for status in SETTLED]).where(
                     TaskRun.id.in_(list(running))
                 )
             ):
-                live[run_id].update(zip(SETTLED, counts, strict=True))
+                live[run_id].update(zip(SETTLED, settled, strict=True))
         counts: dict[int, dict[str, int]] = {}
         for run in runs:
             if run.status == RunStatus.RUNNING:
@@ -78,7 +78,7 @@ class RunCounts:
         self, runs: list[TaskRun], now: datetime | None = None
     ) -> dict[int, dict[str, int]]:
         """Counts per run with their stale units, in a fixed number of queries for a list:
-        one grouped count for the running runs, then one stale count per type among them
+        the running runs' live counts, then one stale count per type among them
         (the stale rule's cutoffs are per type; finished runs have no stale units)."""
         counts = {run_id: {**c, "stale": 0} for run_id, c in self.live_counts(runs).items()}
         running_by_type: dict[str, list[int]] = defaultdict(list)

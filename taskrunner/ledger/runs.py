@@ -175,8 +175,8 @@ class RunReads:
     def stale_preview(
         self, run: TaskRun, limit: int, now: datetime | None = None
     ) -> tuple[Page, int]:
-        """The run's first ``limit`` stale units and how many it has, in one statement:
-        the count and the list test the same active rows, so they are read once."""
+        """The run's first ``limit`` stale units and how many it has: the count and the
+        first ids come from one pass over the run's active rows, then those rows by id."""
         if run.status != RunStatus.RUNNING:
             return Page([], None), 0
         stmt, cut = self._units_of(run, now)
