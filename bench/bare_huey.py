@@ -4,9 +4,10 @@ A consumer entry module (``huey_consumer bench.bare_huey.huey``), configured fro
 ``REDIS_URL`` and ``DATABASE_URL`` like ours. ``noop`` does nothing. ``transactions``
 does, on look-alike tables (``bench_runs`` and ``bench_units``, created ``LIKE`` the
 ledger's with all their indexes), the same two statements the tracking wrapper pays
-per unit on one kept autocommit connection: the gate's conditional UPDATE with its
-EXISTS on the run, and the completion with its look for another active unit. What
-remains between these figures and ours is the wrapper's own overhead.
+per unit on one kept autocommit connection, committed the same way: the gate's
+conditional UPDATE with its EXISTS on the run, and the completion with its look for
+another active unit. What remains between these figures and ours is the wrapper's own
+overhead.
 """
 
 from __future__ import annotations
@@ -27,12 +28,16 @@ CREATE_TABLES = (
     "CREATE TABLE IF NOT EXISTS bench_units (LIKE task_run_units INCLUDING ALL)",
 )
 
+# Both commit as the wrapper's do by default (TASK_RUNNER_UNIT_COMMIT "fast"): without
+# waiting for their WAL flush, set inside the statement (taskrunner/ledger/hot.py).
+ASYNC_COMMIT = "AND set_config('synchronous_commit', 'off', true) = 'off' "
 GATE = text(
     "UPDATE bench_units SET status = 'running', attempts = bench_units.attempts + 1, "
     "started_at = now(), heartbeat_at = now(), finished_at = NULL, stuck_notified_at = NULL, "
     "updated_at = now() "
     "WHERE bench_units.id = :unit_id AND bench_units.dispatch_token = :token "
     "AND bench_units.status = 'pending' AND bench_units.deleted_at IS NULL "
+    f"{ASYNC_COMMIT}"
     "AND EXISTS (SELECT * FROM bench_runs WHERE bench_runs.id = bench_units.task_run_id "
     "AND bench_runs.status = 'running') "
     "RETURNING bench_units.task_run_id, bench_units.unit_key, bench_units.tenant_id, "
@@ -44,7 +49,8 @@ COMPLETE_AND_LOOK = text(
     "WITH done AS ("
     "UPDATE bench_units SET status = 'completed', finished_at = now(), updated_at = now(), "
     "last_error = NULL "
-    "WHERE id = :unit_id AND dispatch_token = :token AND status = 'running' RETURNING id), "
+    "WHERE id = :unit_id AND dispatch_token = :token AND status = 'running' "
+    f"{ASYNC_COMMIT}RETURNING id), "
     "other AS ("
     "SELECT id FROM bench_units WHERE EXISTS (SELECT 1 FROM done) "
     "AND task_run_id >= :run_id AND task_run_id <= :run_id "
