@@ -177,7 +177,8 @@ class Transitions:
 
         def gate(conn: Connection) -> tuple[Any, ...] | None:
             if runs_on_driver(conn):
-                return first_row(conn, GATE_FAST if fast_commits() else GATE, params)
+                fast = conn.dialect.name != "sqlite" and fast_commits()
+                return first_row(conn, GATE_FAST if fast else GATE, params)
             return conn.execute(GATE, params).first()
 
         row = hot_transaction(gate)
@@ -204,8 +205,11 @@ class Transitions:
 
         def settle(conn: Connection) -> Settled:
             if conn.dialect.name == "sqlite":
-                row = conn.execute(COMPLETE_AND_LOOK_SQLITE, params).first()
-                return Settled(row is not None, row is not None and row.other_id is None)
+                if runs_on_driver(conn):
+                    row = first_row(conn, COMPLETE_AND_LOOK_SQLITE, params)
+                else:
+                    row = conn.execute(COMPLETE_AND_LOOK_SQLITE, params).first()
+                return Settled(row is not None, row is not None and row[0] is None)
             statement = COMPLETE_AND_LOOK_FAST if fast_commits() else COMPLETE_AND_LOOK
             settled, other_id = first_row(conn, statement, params)
             return Settled(settled == 1, settled == 1 and other_id is None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 
 import pytest
 from huey.exceptions import TaskTimeout
@@ -88,6 +89,44 @@ def test_the_last_units_settled_together_close_the_run_exactly_once(ctx, control
     assert errors == []
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", size)
+    assert ledger.runs.count_events("tasks.run.completed", run) == 1
+
+
+def test_the_driver_path_stores_what_sqlalchemy_would_store(ctx, controlled, monkeypatch):
+    """The gate and the completion run on the driver's own connection, on both backends;
+    their moments read back exactly, stored as SQLAlchemy stores them, a moment on a
+    whole second included (sqlite3's own adapter would drop its microseconds)."""
+    from sqlalchemy.dialects import sqlite
+
+    from taskrunner.ledger import driver_sql, transitions
+
+    whole_second = datetime(2026, 12, 3, 1, 2, 3)
+    monkeypatch.setattr(transitions, "utcnow", lambda: whole_second)
+    on_driver = []
+    monkeypatch.setattr(
+        transitions,
+        "first_row",
+        lambda *args: on_driver.append(args[1]) or driver_sql.first_row(*args),
+    )
+    handle = runner.start("tests.controlled", {"units": 2}, "test")
+    first, second = queued_jobs(2)
+    huey = queues().huey("tasks")
+    huey.execute(first)
+
+    assert len(on_driver) == 2  # the gate, then the completion with its look
+    started, finished = db.session.execute(
+        text("SELECT started_at, finished_at FROM task_run_units WHERE id = :id"),
+        {"id": first.args[1]},
+    ).one()
+    if db.engine.dialect.name == "sqlite":
+        stored = sqlite.DATETIME().bind_processor(sqlite.dialect())(whole_second)
+        assert (started, finished) == (stored, stored)
+    else:
+        assert (started, finished) == (whole_second, whole_second)
+    db.session.rollback()
+    huey.execute(second)
+    run = fresh_run(handle.uuid)
+    assert (run.status, run.units_completed) == ("completed", 2)
     assert ledger.runs.count_events("tasks.run.completed", run) == 1
 
 
