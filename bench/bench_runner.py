@@ -6,7 +6,8 @@ production ``tasks`` consumer: ``-k process -w 2``):
 - bare Huey: enqueue rate and drain rate of no-op tasks, and the drain rate of
   tasks doing the wrapper's two statements per unit (``bench/bare_huey.py``);
 - ours: dispatch rate of a run's units, and completion rate of tracked no-op
-  units (``diagnostics.probe``), as ratios to the bare figures;
+  units (``diagnostics.probe``), as ratios to the bare figures; beside them, the
+  ceiling the two statements leave (bare with them / bare no-op);
 - a 100,000-unit run: time to persist, time to dispatch, time until the first
   unit runs (consumers already waiting);
 - finalization cost per unit at the end of a 1,000- and a 100,000-unit run.

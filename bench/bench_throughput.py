@@ -12,7 +12,8 @@
   close, with the CPU time and the peak RSS of each lane's consumer;
 - the scaling shape: tracked no-op completion with 1, 2 and 4 worker processes;
 - the embedded backend: tracked no-op completion on SQLite + SqliteHuey against bare
-  SqliteHuey's no-op drain, in the same run.
+  SqliteHuey's no-op drain, and bare SqliteHuey paying the wrapper's two transactions
+  (``bench/bare_sqlite_huey.py``: the ceiling they leave), in the same run.
 
 Databases ``BENCH_THROUGHPUT_DATABASE_URL`` (default ``…/bench_throughput``, reset
 by the benchmark), Redis ``BENCH_THROUGHPUT_REDIS_URL`` (default db 6) for our
