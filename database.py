@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -32,6 +33,12 @@ from security.files import private_file
 logger = logging.getLogger(__name__)
 
 IMMEDIATE = "taskledger_begin_immediate"
+# How long a SQLite statement waits for the write lock; a write transaction first tries
+# in short steps (``began_in_short_waits``).
+BUSY_TIMEOUT_MS = 30_000
+SHORT_WAIT_SECONDS = 0.25
+FIRST_PAUSE = 0.00005
+LONGEST_PAUSE = 0.002
 CLOCK = "taskledger_database_clock"  # the app's ``DatabaseClock`` (None: the host's clock)
 SERVER_CLOCK = "SELECT clock_timestamp() AT TIME ZONE 'UTC'"
 # How long a client should wait before asking again while the database cannot answer.
@@ -247,15 +254,46 @@ def configure_engine(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
-        immediate = conn.get_execution_options().get(IMMEDIATE)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if not conn.get_execution_options().get(IMMEDIATE):
+            conn.exec_driver_sql("BEGIN")
+        elif not began_in_short_waits(conn.connection.dbapi_connection):
+            # Held longer (a sweep, a migration): SQLite's own wait, SQLAlchemy's errors.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def began_in_short_waits(raw: sqlite3.Connection) -> bool:
+    """Whether BEGIN IMMEDIATE took the write lock within ``SHORT_WAIT_SECONDS``.
+
+    SQLite's busy handler sleeps 1, 2, 5, 10… ms between tries, for a lock that a unit's
+    transition holds for tens of microseconds: two workers writing the ledger spent most
+    of their time asleep (bench/RESULTS.md, the SQLite drain). Here the next try comes
+    after ``FIRST_PAUSE``, doubling up to ``LONGEST_PAUSE``.
+    """
+    pause, deadline = FIRST_PAUSE, time.monotonic() + SHORT_WAIT_SECONDS
+    try:
+        raw.execute("PRAGMA busy_timeout=0")
+        try:
+            while True:
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                    return True
+                except sqlite3.OperationalError as exc:
+                    busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+                    if not busy or time.monotonic() >= deadline:
+                        return False
+                time.sleep(pause)
+                pause = min(pause * 2, LONGEST_PAUSE)
+        finally:
+            raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    except sqlite3.Error:
+        return False  # the BEGIN that follows meets it again, reported by SQLAlchemy
 
 
 @contextmanager

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from huey import SqliteHuey
+from huey.storage import SqliteStorage
+
+from database import began_in_short_waits
 
 NAME = "taskledger.bench-bare"
 
@@ -55,7 +58,8 @@ def ledger_connection(path: str) -> sqlite3.Connection:
 
 
 def _write(conn: sqlite3.Connection, statement: str, params: dict[str, Any]) -> list[Any]:
-    conn.execute("BEGIN IMMEDIATE")
+    if not began_in_short_waits(conn):  # the wrapper's wait for the write lock
+        conn.execute("BEGIN IMMEDIATE")
     rows = conn.execute(statement, params).fetchall()
     conn.execute("COMMIT")
     return rows
@@ -97,9 +101,22 @@ def completed(ledger: Path, run_id: int) -> int:
         conn.close()
 
 
-def make(path: str, ledger: str | None = None) -> tuple[SqliteHuey, Any, Any]:
-    """A SqliteHuey on ``path``, its no-op task and its two-transaction task on ``ledger``."""
-    instance = SqliteHuey(NAME, filename=path, timeout=30, results=False, utc=True)
+class NormalSqliteStorage(SqliteStorage):
+    """Huey's SQLite storage committing at ``synchronous=NORMAL``, as the runner's queue
+    does (``tasks.huey_internals.WatchedSqliteStorage``): Huey's default waits for a
+    flush on every enqueue and dequeue."""
+
+    def _create_connection(self) -> sqlite3.Connection:
+        conn = super()._create_connection()
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+
+def make(path: str, ledger: str | None = None, normal: bool = False) -> tuple[SqliteHuey, Any, Any]:
+    """A SqliteHuey on ``path`` (Huey's default storage, or ``NormalSqliteStorage``), its
+    no-op task and its two-transaction task on ``ledger``."""
+    storage = {"storage_class": NormalSqliteStorage} if normal else {}
+    instance = SqliteHuey(NAME, filename=path, timeout=30, results=False, utc=True, **storage)
 
     @instance.task(name="bench.noop")
     def noop(i: int) -> None:
@@ -121,4 +138,5 @@ def make(path: str, ledger: str | None = None) -> tuple[SqliteHuey, Any, Any]:
 huey, noop, transactions = make(
     os.environ.get("BENCH_BARE_SQLITE_PATH", "/tmp/taskledger-bench-bare.sqlite3"),
     os.environ.get("BENCH_BARE_SQLITE_LEDGER"),
+    normal=os.environ.get("BENCH_BARE_SQLITE_NORMAL") == "1",
 )

@@ -506,6 +506,21 @@ def test_a_sqlite_storage_reopens_its_file_when_it_was_replaced_under_it(tmp_pat
     assert consumer.dequeue().args == (2,)  # not the deleted file it had open
 
 
+def test_a_sqlite_queue_commits_as_the_ledger_does_also_on_a_file_reopened(tmp_path):
+    path = tmp_path / "queue.sqlite3"
+    huey = SqliteHuey(
+        "taskledger.tasks", filename=str(path), storage_class=internals.WatchedSqliteStorage
+    )
+    normal = 1  # PRAGMA synchronous: 0 OFF, 1 NORMAL (database.py's ledger), 2 FULL
+    assert huey.storage.sql("pragma synchronous", results=True) == [(normal,)]
+
+    path.unlink()
+    huey.enqueue(echo_task(huey).s(1))  # the replaced file, opened again
+
+    assert huey.storage.sql("pragma synchronous", results=True) == [(normal,)]
+    assert huey.dequeue().args == (1,)
+
+
 def test_a_consumers_mark_in_the_sqlite_file_says_when_it_last_read_it(tmp_path):
     huey = SqliteHuey(
         "taskledger.tasks",
