@@ -30,7 +30,8 @@ def tighten_dir(path: Path) -> None:
 
 
 def private_file(path: Path) -> Path:
-    """``path`` as a file only its owner may read, created empty if missing.
+    """``path`` as a file only its owner may read, created empty if missing; a path that
+    names something other than a regular file is left as it is.
 
     An existing file is never opened here: closing any descriptor of a file drops the
     POSIX locks this process holds on it, which is how SQLite locks its databases.
@@ -42,7 +43,10 @@ def private_file(path: Path) -> Path:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
         except FileExistsError:  # another process made it first
             pass
-    _tighten(path, FILE_MODE)
+    if path.is_file():
+        # Not a device or a pipe named as the file (``LOG_FILE=/dev/null``): /dev/null
+        # made 0600 breaks every other account of the machine.
+        _tighten(path, FILE_MODE)
     return path
 
 

@@ -99,3 +99,17 @@ def test_the_embedded_database_queue_log_and_key_are_private_files_in_a_private_
     assert modes == {name: 0o600 for name in modes}
     assert stat.S_IMODE(instance.stat().st_mode) == 0o700
     assert log.read_text().startswith("old lines\n")
+
+
+def test_a_file_path_that_names_a_pipe_or_a_device_keeps_its_mode(tmp_path):
+    # ``LOG_FILE=/dev/null`` went through here and left /dev/null 0600: every other
+    # account of the machine (PostgreSQL's among them) could no longer open it. A pipe
+    # takes the same path as a device, without touching the machine's own.
+    from security.files import private_file
+
+    pipe = tmp_path / "log-pipe"
+    os.mkfifo(pipe)
+    os.chmod(pipe, 0o666)  # whatever the umask
+
+    assert private_file(pipe) == pipe
+    assert stat.S_IMODE(pipe.stat().st_mode) == 0o666

@@ -66,9 +66,7 @@ def test_a_write_transaction_tries_again_in_short_steps_and_begins_once_the_lock
     assert busy_timeout(engine) == database.BUSY_TIMEOUT_MS  # the wait is back for the rest
 
 
-def test_a_lock_held_past_the_short_steps_is_waited_for_by_sqlites_own_handler(
-    files, monkeypatch
-):
+def test_a_lock_held_past_the_short_steps_is_waited_for_by_sqlites_own_handler(files, monkeypatch):
     engine, holder = files
     monkeypatch.setattr(database, "SHORT_WAIT_SECONDS", 0.0)
     holder.execute("BEGIN IMMEDIATE")
