@@ -183,7 +183,7 @@ def _consumers(now: datetime) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def _schedules() -> list[ScheduleFigures]:
-    """Every declared schedule, its newest claimed slot and the first slot after it."""
+    """Every declared schedule, its newest slot that ran without raising and the slot after it."""
     config = current_app.config
     names = sorted(routes.periodic)
     claimed = ledger.schedules.last_success(names)

@@ -177,7 +177,8 @@ def _queue_families(scrape: metrics.Scrape) -> Iterator[Metric]:
 def _schedule_families(scrape: metrics.Scrape) -> Iterator[Metric]:
     success = GaugeMetricFamily(
         "taskledger_schedule_last_success_timestamp_seconds",
-        "When a periodic schedule's newest slot began to run (Unix time; absent: none yet).",
+        "When a periodic schedule's newest slot that ran without raising ended "
+        "(Unix time; absent: none yet).",
         labels=["schedule"],
     )
     due = GaugeMetricFamily(

@@ -4,6 +4,7 @@ their code) and the slots their runs belong to."""
 from __future__ import annotations
 
 import ast
+import re
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -200,3 +201,10 @@ def test_a_built_app_schedules_the_runners_and_every_packages_periodic_tasks(ctx
     names = {task.name for task in (cls() for cls in huey._registry._periodic_tasks)}
     assert names == declared_periodic_tasks()
     assert "taskrunner.detect_stuck" in names
+
+
+def test_the_operations_guide_lists_every_declared_schedule():
+    """Its table of periodic tasks is what an operator reads to know what runs by itself."""
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z_.]+)` \|", guide, flags=re.MULTILINE))
+    assert declared_periodic_tasks() <= listed, declared_periodic_tasks() - listed
