@@ -101,6 +101,10 @@ def authenticate(email: str, password: str, address: str | None) -> User:
     The attempt is counted before the password is checked (``accounts.throttle``).
     """
     email = normalize_email(email)[:MAX_EMAIL_LENGTH]
+    if any(ord(c) < 32 for c in email):
+        # No account has such an address, and PostgreSQL refuses a NUL in its lookup or
+        # in the throttle's key: refused as a wrong password is, before either.
+        raise SignInRefused()
     user = find_user(email) if email else None
     known = user is not None and throttle.is_known(user.id, address)
     wait = throttle.admit(email, address, known)

@@ -8,8 +8,10 @@ here instead, before any view, to the normalised path and query alone: a browser
 resolves it against the host it asked.
 
 With ``TRUSTED_HOSTS`` set (``docs/security.md``), any other Host header is a plain 400,
-answered here too: Flask leaves such a request without a URL adapter, so an error page
-that builds a link would fail with a 500 instead.
+answered here too, as is a Host header that is no host name at all (an empty label, a
+label over 63 characters: Werkzeug cannot encode it), trusted hosts or
+not: Flask leaves such a request without a URL adapter, so an error page that builds a
+link would fail with a 500 instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from flask import Flask, abort, redirect, request
-from werkzeug.exceptions import SecurityError
+from werkzeug.exceptions import BadHost, SecurityError
 from werkzeug.routing import RequestRedirect
 from werkzeug.wrappers import Response
 
@@ -30,8 +32,9 @@ def answer_without_the_host() -> Response | None:
     """A 400 for an untrusted host, the router's redirect to a path on this host; None for
     every other request."""
     routed = request.routing_exception
-    if isinstance(routed, SecurityError):
-        return Response("400 Bad Request: untrusted Host header\n", 400, mimetype="text/plain")
+    if isinstance(routed, SecurityError | BadHost):
+        which = "untrusted" if isinstance(routed, SecurityError) else "invalid"
+        return Response(f"400 Bad Request: {which} Host header\n", 400, mimetype="text/plain")
     if not isinstance(routed, RequestRedirect):
         return None
     target = urlsplit(routed.new_url)

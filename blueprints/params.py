@@ -8,12 +8,16 @@ from security.echo import echo
 from taskrunner.contract import operations, unit_key_problem
 
 MAX_TEXT = 191
+# An error group's reason as the groups show it: a stored message is cut to 500
+# characters (``taskrunner/redaction.py``) and folding only shortens it; the margin is
+# for what a browser or a client adds around a pasted reason.
+MAX_REASON = 600
 BIGINT = 2**63 - 1
 
 
-def _clean(value: str) -> str:
+def _clean(value: str, keep: str = "") -> str:
     # PostgreSQL refuses NUL in text; other control characters are never part of a key.
-    if any(ord(c) < 32 for c in value):
+    if any(ord(c) < 32 and c not in keep for c in value):
         abort(400, description="control characters are not allowed in parameters")
     return value
 
@@ -28,6 +32,22 @@ def text(name: str, max_length: int = MAX_TEXT) -> str | None:
     if len(raw) > max_length:
         abort(400, description=f"{name} is longer than {max_length} characters")
     return _clean(raw).strip() or None
+
+
+def checked_reason(raw: str) -> str:
+    """An error group's reason as a client sent it (a query parameter, a form field).
+
+    As long as any group the app lists, and with the newlines and tabs a stored reason
+    keeps (a form sends a newline as CRLF); any other control character is a 400.
+    """
+    if len(raw) > MAX_REASON:
+        abort(400, description=f"reason is longer than {MAX_REASON} characters")
+    return _clean(raw.replace("\r\n", "\n"), keep="\n\t")
+
+
+def reason() -> str | None:
+    """The ``reason`` filter, trimmed; blank is absent."""
+    return checked_reason(request.args.get("reason", "")).strip() or None
 
 
 def choice(name: str, allowed: tuple[str, ...]) -> str | None:

@@ -48,7 +48,7 @@ def units(run_uuid: str):
         operations.run_units,
         run,
         status=params.unit_status("status"),
-        reason=params.text("reason"),
+        reason=params.reason(),
         limit=params.limit(),
         cursor=params.cursor(),
     )

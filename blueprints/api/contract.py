@@ -23,7 +23,7 @@ from blueprints.openapi import (
     nullable,
     ref,
 )
-from blueprints.params import BIGINT, MAX_TEXT
+from blueprints.params import BIGINT, MAX_REASON, MAX_TEXT
 from taskrunner.contract import operations
 
 PREFIX = "/api/v1/backoffice/"
@@ -33,6 +33,8 @@ STALE_REASONS = ["worker lost", "running too long", "never started"]
 # What an operator types is refused with a 400 when it holds control characters.
 TEXT = {"type": "string", "maxLength": MAX_TEXT, "pattern": "^[^\\u0000-\\u001f]*$"}
 CURSOR_TEXT = {**TEXT, "maxLength": MAX_TEXT + 40}
+# A reason keeps the newlines and tabs of the message it was made from.
+REASON_TEXT = {**TEXT, "maxLength": MAX_REASON, "pattern": "^[^\\u0000-\\u0008\\u000b-\\u001f]*$"}
 RUN_STATUS = {"type": "string", "enum": list(operations.RUN_STATUSES)}
 UNIT_STATUS = {"type": "string", "enum": list(operations.UNIT_STATUSES)}
 COUNT = {"type": "integer", "minimum": 0}
@@ -552,7 +554,7 @@ OPERATIONS: dict[str, Operation] = {
             Param(
                 "reason",
                 "Only the failed units of this error group (its `reason` as `errors` gives it).",
-                TEXT,
+                REASON_TEXT,
                 "probe unit # failed",
             ),
             limit(50, 200),

@@ -7,6 +7,7 @@ from flask import abort, flash, redirect, render_template, request, url_for
 from flask_login import current_user
 
 from accounts.permissions import permission_required
+from blueprints import params
 from blueprints.backoffice.blueprint import bp
 from blueprints.backoffice.pages import MANAGE, run_or_404
 from blueprints.ui import plural
@@ -31,8 +32,9 @@ def _retry_target() -> tuple[str | None, list[str] | None]:
     keys = [k for k in request.form.getlist("unit") if k]
     if reason is not None and keys:
         abort(400, description="give a reason or units, not both")
-    if reason is not None and (not reason.strip() or len(reason) > 600):
+    if reason is not None and not params.checked_reason(reason).strip():
         abort(400, description="reason must be the text of an error group")
+    reason = reason and params.checked_reason(reason)
     if len(keys) > 500 or any(len(k) > 191 or any(ord(c) < 32 for c in k) for k in keys):
         abort(400, description="units must be up to 500 unit keys")
     if "unit" in request.form and not keys:

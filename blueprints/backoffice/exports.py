@@ -19,7 +19,7 @@ def _filename(run_uuid: str, ext: str) -> str:
 @permission_required(VIEW)
 def units_csv(run_uuid: str):
     run = run_or_404(run_uuid)
-    rows = operations.export_units(run, reason=params.text("reason"))
+    rows = operations.export_units(run, reason=params.reason())
     # Streamed: a group of a 100,000-unit run is never held whole in memory.
     return Response(
         stream_with_context(operations.csv_lines(rows)),
@@ -32,7 +32,7 @@ def units_csv(run_uuid: str):
 @permission_required(VIEW)
 def units_json(run_uuid: str):
     run = run_or_404(run_uuid)
-    reason = params.text("reason")
+    reason = params.reason()
     answer = jsonify(
         {"uuid": run.uuid, "reason": reason, "units": list(operations.export_units(run, reason))}
     )

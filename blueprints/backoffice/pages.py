@@ -94,7 +94,7 @@ def overview_strip():
 def run(run_uuid: str):
     run = run_or_404(run_uuid)
     unit_status = params.unit_status()
-    reason = params.text("reason")
+    reason = params.reason()
     limit = params.limit()
     units = paged(
         operations.run_units,

@@ -223,5 +223,11 @@ def render(
     """The scrape in the format the client asked for (OpenMetrics or text 0.0.4)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scraped(scrape, open_by_rule or {}))
-    encoder, content_type = choose_encoder(accept)
-    return encoder(registry), content_type
+    try:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(registry), content_type
+    except (TypeError, ValueError):
+        # A version or escaping the client library cannot read ("version=garbage"): the
+        # text format every scraper reads. A fault of the scrape itself raises again here.
+        encoder, content_type = choose_encoder("")
+        return encoder(registry), content_type

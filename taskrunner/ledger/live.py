@@ -61,7 +61,9 @@ class LiveProbes:
         if not uuids:
             return []
         return list(
-            self.session.execute(select(TaskRun.id).where(TaskRun.uuid.in_(uuids))).scalars()
+            self.session.execute(
+                select(TaskRun.id).where(TaskRun.uuid.in_([u.lower() for u in uuids]))
+            ).scalars()
         )
 
     def run_state(self, run_id: int) -> tuple[str, datetime | None]:

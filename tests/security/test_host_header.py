@@ -55,6 +55,22 @@ def test_trusted_hosts_refuse_any_other_host_header(make_app):
     assert other.get("/static//app.js", expect_errors=True).status_int == 400
 
 
+NO_HOST_NAME = ["a..b", "x" * 64 + ".example.com", ".."]
+ANY_PAGE = ["/login", "/healthz", "/backoffice/task-runs", "/static/app.js", "/api/v1/openapi.json"]
+
+
+@pytest.mark.parametrize("host", NO_HOST_NAME)
+@pytest.mark.parametrize("trusted", [None, ["backoffice.example.com"]])
+def test_a_host_header_that_is_no_host_name_is_a_400_on_every_path(make_app, host, trusted):
+    client = webtest.TestApp(
+        make_app(SERVER_NAME=None, TRUSTED_HOSTS=trusted), extra_environ={"HTTP_HOST": host}
+    )
+    for path in ANY_PAGE:
+        answer = client.get(path, expect_errors=True)
+        assert answer.status_int == 400, (path, answer.status_int)
+        assert host not in answer.text
+
+
 def test_trusted_hosts_come_from_the_environment(monkeypatch):
     from config import Config
 

@@ -11,7 +11,7 @@ from sqlalchemy import func, select, update
 
 from database import utcnow
 from extensions import db
-from taskrunner import runner
+from taskrunner import live_probes, runner
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import Actor, ledger
 from taskrunner.models import (
@@ -334,6 +334,12 @@ def test_an_upper_case_run_uuid_is_the_same_run(viewer_web, failed_uuid):
     viewer_web.get(f"/backoffice/task-runs/{upper}/errors", status=200)
     api = viewer_web.get(f"/api/v1/backoffice/task-runs/{upper}")
     assert api.json["uuid"] == failed_uuid
+
+
+def test_the_run_list_stream_follows_a_run_named_in_upper_case(app, failed_uuid):
+    with app.app_context():
+        [run_id] = live_probes.run_ids_of([failed_uuid])
+        assert live_probes.run_ids_of([failed_uuid.upper()]) == [run_id]
 
 
 def test_event_payloads_read_as_fields_and_text_not_json_escapes(app, viewer_web):

@@ -202,3 +202,24 @@ def test_the_session_cookie_is_http_only_and_same_site(app):
     response = sign_in(browser(app), viewer)
     cookie = next(v for k, v in response.headerlist if k == "Set-Cookie" and "session=" in v)
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+
+
+@pytest.mark.parametrize(
+    "email", ["viewer\x00@example.com", "viewer@example.com\x00", "a\x1b[2J@x"]
+)
+def test_a_sign_in_with_a_control_character_is_refused_and_stores_nothing(app, email):
+    from accounts.models import SignInThrottle
+    from extensions import db
+
+    with app.app_context():
+        make_user("viewer@example.com", "task-runner.runs.view")
+    web = browser(app)
+    form = web.get("/login").forms["login"]
+    form["email"], form["password"] = email, "whatever-it-is"
+
+    refused = form.submit(status=200)
+
+    assert "wrong email or password" in refused.text
+    with app.app_context():
+        keys = db.session.query(SignInThrottle.key).all()
+    assert all("\x00" not in key and "\x1b" not in key for (key,) in keys)

@@ -219,6 +219,64 @@ def test_an_empty_selection_or_a_group_with_units_is_a_400(app, people, controll
     web.post(url, [("csrf_token", token), ("unit", "a\x01")], status=400)
 
 
+# A domain message kept whole: longer than a unit key may be, over two lines, no digits (so
+# the group's reason is the message itself).
+LONG_REASON = "the vendor refused the export: " + "quota exceeded; " * 14 + "\nsee its answer"
+
+
+def test_a_long_reason_over_two_lines_is_a_group_its_links_filter_and_its_form_retries(
+    app, people, controlled
+):
+    assert len(LONG_REASON) > 191
+    with app.app_context():
+        run_uuid = finished_run(
+            controlled.type(),
+            ["a", "b", "c", "d"],
+            {"a": LONG_REASON, "b": LONG_REASON, "c": "another refusal"},
+        )
+    web = signed_in(app, people)
+    errors = web.get(f"/backoffice/task-runs/{run_uuid}/errors")
+    link = next(
+        a["href"]
+        for a in errors.html.select("a.group-units")
+        if "unit" in a.get_text() and "quota" in a["href"]
+    )
+
+    page = web.get(link.replace("#units", ""))
+    assert [a.get_text() for a in page.html.select("#units td.key a")] == ["a", "b"]
+    for export in ("units.csv", "units.json"):
+        web.get(f"/backoffice/task-runs/{run_uuid}/{export}", {"reason": LONG_REASON})
+    api = web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/units", {"reason": LONG_REASON})
+    assert [u["unit_key"] for u in api.json["units"]] == ["a", "b"]
+
+    # A browser sends the hidden field's newline as CRLF.
+    token = errors.forms[0]["csrf_token"].value
+    url = f"/backoffice/task-runs/{run_uuid}/retry"
+    sent = LONG_REASON.replace("\n", "\r\n")
+    confirm = web.post(url, [("csrf_token", token), ("reason", sent)])
+    assert "<strong>2</strong> units" in confirm.text
+    confirm.forms["confirm"].submit().follow()
+    with app.app_context():
+        [action] = ledger.runs.run_actions(ledger.runs.get_run(run_uuid))
+        assert action.detail["reason"] == LONG_REASON and action.detail["units"] == 2
+
+
+def test_a_reason_with_a_nul_or_longer_than_any_group_is_a_400_and_retries_nothing(
+    app, people, controlled
+):
+    with app.app_context():
+        run_uuid = finished_run(controlled.type(), ["a"], {"a": "broke"})
+    web = signed_in(app, people)
+    token = web.get("/backoffice/queues").forms[0]["csrf_token"].value
+    url = f"/backoffice/task-runs/{run_uuid}/retry"
+    for reason in ("bro\x00ke", "x" * 601):
+        web.post(url, [("csrf_token", token), ("reason", reason), ("confirm", "yes")], status=400)
+        web.get(f"/backoffice/task-runs/{run_uuid}", {"reason": reason}, status=400)
+        web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/units", {"reason": reason}, status=400)
+    with app.app_context():
+        assert ledger.runs.run_actions(ledger.runs.get_run(run_uuid)) == []
+
+
 def test_search_finds_runs_by_prefix_in_any_case_tenants_keys_and_errors(app, people, controlled):
     with app.app_context():
         acme = tenants.create("Acme Corporation").id

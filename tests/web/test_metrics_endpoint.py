@@ -139,6 +139,22 @@ def test_prometheus_asking_for_openmetrics_gets_it(metrics_app):
     assert response.get_data(as_text=True).endswith("# EOF\n")
 
 
+@pytest.mark.parametrize(
+    "accept",
+    [
+        "application/openmetrics-text;version=garbage",
+        "text/plain;version=garbage",
+        "text/plain; version=1.x",
+    ],
+)
+def test_an_accept_header_the_client_library_cannot_read_gets_the_text_format(metrics_app, accept):
+    response = metrics_app.test_client().get("/metrics", headers={**BEARER, "Accept": accept})
+
+    assert response.status_code == 200
+    assert response.content_type.startswith("text/plain; version=0.0.4")
+    assert set(families(response.get_data(as_text=True))) == set(exposition.FAMILIES)
+
+
 def test_labels_are_bounded_and_name_no_tenant_unit_or_run(metrics_app, controlled):
     with metrics_app.app_context():
         run_uuid = finished_run(
