@@ -7,9 +7,10 @@ from types import ModuleType
 from typing import Any
 
 from flask import Flask
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from config import Config, instance_path, read_secret_key
+from config import Config, ConfigError, instance_path, read_secret_key
 from database import bind_clock, configure_engine, engine_options, name_connections
 from extensions import csrf, db, login_manager, migrate
 from startup import EntryCommands
@@ -54,7 +55,13 @@ def register_extensions(app: Flask) -> None:
     from tasks import queues
 
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = engine_options(app.config)
-    db.init_app(app)
+    try:
+        db.init_app(app)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        # A URL that parses but names no installed dialect or driver ("foo://…"). Only
+        # SQLAlchemy's first line: it names the dialect, never the URL's password.
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"DATABASE_URL cannot be used: {reason}") from None
     with app.app_context():
         configure_engine(db.engine)
         name_connections(db.engine, app.config["DATABASE_APPLICATION_NAME"])
@@ -114,7 +121,7 @@ def extra_modules(names: str) -> list[ModuleType]:
         try:
             found.append(importlib.import_module(name))
         except ImportError as exc:
-            raise ValueError(f"TASKLEDGER_EXTRA_MODULES: cannot import {name!r} ({exc})") from None
+            raise ConfigError(f"TASKLEDGER_EXTRA_MODULES: cannot import {name!r} ({exc})") from None
     return found
 
 

@@ -2,30 +2,89 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import secrets
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import click
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY_FILE = "secret_key"
 
 
+class ConfigError(click.ClickException, ValueError):
+    """A setting this deployment cannot run with; its message names the setting.
+
+    A ``ClickException``: Flask's command line builds the app (and so meets this) inside
+    click, which then answers it as the README's command line says: one line on stderr,
+    exit 1, no traceback. The web and consumer entry points answer it themselves.
+    """
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+
+
 def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
 
 
 def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw not in (None, "") else default
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    # nan and inf parse, but no period, share or timeout is one (timedelta refuses them).
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a number, got {raw!r}")
+    return value
 
 
 def _flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "")
-    return raw == "1" if raw in ("0", "1") else default
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw not in ("0", "1"):
+        # Ignoring "true" or "off" would leave the default on, whichever was meant.
+        raise ConfigError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+def _log_level(name: str, default: str) -> str:
+    raw = os.environ.get(name, "").strip().upper() or default
+    if raw not in logging.getLevelNamesMapping():
+        raise ConfigError(
+            f"{name} must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got {raw!r}"
+        )
+    return raw
+
+
+def _database_url(name: str, default: str) -> str:
+    # Set but empty is refused, never read as unset: that would be a fresh SQLite ledger.
+    raw = os.environ.get(name, default)
+    try:
+        make_url(raw)
+    except ArgumentError:
+        # The value is not repeated: a URL carries its password.
+        raise ConfigError(
+            f"{name} is not a database URL (e.g. postgresql+psycopg://user:password@host/db)"
+        ) from None
+    return raw
 
 
 def instance_path(overrides: Mapping[str, Any] | None = None) -> Path:
@@ -74,14 +133,14 @@ class Config:
         env = os.environ
         instance = instance or instance_path()
         self.INSTANCE_PATH = str(instance)
-        self.SQLALCHEMY_DATABASE_URI = env.get(
+        self.SQLALCHEMY_DATABASE_URI = _database_url(
             "DATABASE_URL", f"sqlite:///{instance / 'taskledger.db'}"
         )
         self.QUEUE_DRIVER = env.get("QUEUE_DRIVER", "sqlite")
         self.REDIS_URL = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
         self.QUEUE_SQLITE_PATH = env.get("QUEUE_SQLITE_PATH", str(instance / "queue.sqlite3"))
         self.LOG_FILE = env.get("LOG_FILE", "")
-        self.LOG_LEVEL = env.get("LOG_LEVEL", "INFO")
+        self.LOG_LEVEL = _log_level("LOG_LEVEL", "INFO")
         self.QUEUE_IMMEDIATE = env.get("QUEUE_IMMEDIATE", "") == "1"
         if env.get("SECRET_KEY"):
             self.SECRET_KEY = env["SECRET_KEY"]

@@ -47,9 +47,13 @@ def on_starting(server) -> None:
     """Refuse settings under which streams could take every thread of a worker."""
     from gunicorn.workers.gthread import ThreadWorker
 
-    from config import Config
+    from config import Config, ConfigError
 
-    cap = Config().LIVE_STREAMS_PER_PROCESS
+    try:
+        cap = Config().LIVE_STREAMS_PER_PROCESS
+    except ConfigError as exc:
+        # The master reads the settings first: one line and stop, as every entry point does.
+        raise SystemExit(f"error: {exc.format_message()}") from None
     cfg = server.cfg
     if not issubclass(cfg.worker_class, ThreadWorker) or cfg.threads <= cap:
         raise RuntimeError(

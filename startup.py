@@ -15,13 +15,14 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import sys
 from pathlib import Path
 
 import click
 from flask import Flask
 from flask.cli import AppGroup
 
-from config import ensure_secret_key
+from config import ConfigError, ensure_secret_key
 from database import database_outage
 from security.files import tighten_dir
 from security.logs import configure_logging
@@ -34,9 +35,42 @@ def prepare_process(app: Flask) -> None:
     # (and an older version made it 0755).
     tighten_dir(Path(app.instance_path))
     target = app.config.get("LOG_FILE") or str(Path(app.instance_path) / "taskledger.log")
-    configure_logging(target, app.config.get("LOG_LEVEL", "INFO"))
+    setting = "LOG_FILE" if app.config.get("LOG_FILE") else "INSTANCE_PATH"
+    configure_process_logging(target, app.config.get("LOG_LEVEL", "INFO"), setting)
     if not app.config.get("SECRET_KEY"):
-        app.config["SECRET_KEY"] = ensure_secret_key(app.instance_path)
+        try:
+            app.config["SECRET_KEY"] = ensure_secret_key(app.instance_path)
+        except OSError as exc:
+            raise ConfigError(
+                f"INSTANCE_PATH: cannot keep the secret key in {app.instance_path!r}"
+                f" ({exc.strerror or exc}); set SECRET_KEY or a writable INSTANCE_PATH"
+            ) from None
+
+
+def configure_process_logging(target: str, level: str, setting: str = "LOG_FILE") -> None:
+    """``configure_logging``, with a log file that cannot be opened (a folder, no
+    permission) refused as ``setting``'s error rather than raised from deep in logging."""
+    try:
+        configure_logging(target, level)
+    except OSError as exc:
+        raise ConfigError(
+            f"{setting}: cannot write the log file {target!r} ({exc.strerror or exc})"
+        ) from None
+
+
+def refuse_config(exc: ConfigError) -> BaseException:
+    """What an entry module outside the CLI raises on ``exc``: its one ``error:`` line on
+    stderr and a process that ends, never a traceback.
+
+    Under gunicorn, the line as an app that failed to load: gunicorn prints only its
+    message and stops; a worker that merely exited would be started again, forever.
+    """
+    line = f"error: {exc.format_message()}"
+    if "gunicorn.arbiter" in sys.modules:
+        from gunicorn.errors import AppImportError
+
+        return AppImportError(line)
+    return SystemExit(line)
 
 
 class EntryCommands(AppGroup):

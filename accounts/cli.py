@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import unicodedata
 
 import click
 from flask.cli import with_appcontext
 
 from accounts.permissions import PERMISSIONS
 from accounts.services import AccountError, create_user, set_password
+from security.refusal import refuse
 
 
 @click.group("users", help="Operator accounts.")
@@ -17,9 +19,24 @@ def users_cli() -> None:
 
 
 def _read_password() -> str:
-    if sys.stdin.isatty():
-        return click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    return sys.stdin.readline().rstrip("\r\n")
+    """The password from a prompt or stdin's first line; one that is not UTF-8 text, or
+    that holds a control character, is refused (one line, exit 1) before anything is
+    written."""
+    try:
+        if sys.stdin.isatty():
+            password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        # Under a C locale undecodable bytes arrive as lone surrogates, which no hash
+        # takes; under a UTF-8 one, reading them raised already.
+        password.encode("utf-8")
+    except UnicodeError:
+        refuse("the password is not valid UTF-8 text")
+    # A NUL, an escape or a backspace is a paste or a pipe gone wrong; no one can type it
+    # again at the sign-in form.
+    if any(unicodedata.category(char) == "Cc" for char in password):
+        refuse("the password contains a control character")
+    return password
 
 
 @users_cli.command("create")
@@ -39,8 +56,7 @@ def create_command(email: str, permissions: tuple[str, ...]) -> None:
     try:
         user = create_user(email, password, permissions)
     except AccountError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        refuse(str(exc))
     granted = ", ".join(sorted(user.permissions)) or "no permissions"
     click.echo(f"created {user.email} ({granted})")
 
@@ -54,6 +70,5 @@ def set_password_command(email: str) -> None:
     try:
         user = set_password(email, password)
     except AccountError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        refuse(str(exc))
     click.echo(f"password of {user.email} changed; every session of theirs has ended")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import NoReturn
 
 import click
 from flask import current_app
@@ -13,13 +12,9 @@ from flask.cli import AppGroup
 from alerts import operators
 from alerts.channels import configured
 from alerts.settings import CHANNELS
+from security.refusal import refuse
 
 alerts_cli = AppGroup("alerts", help="The alert rules, their open episodes, a test send.")
-
-
-def refuse(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 @alerts_cli.command("test")

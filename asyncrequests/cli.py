@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
-
 import click
 from flask.cli import AppGroup
 
 from asyncrequests import retention, tokens
 from asyncrequests.errors import AsyncRequestError
+from security.refusal import refuse
 from taskrunner.contract import plural
 from tenancy.cli import tenants_cli
 
 token_cli = AppGroup("token", help="Create, list and revoke tenant API tokens.")
 tenants_cli.add_command(token_cli)
 async_requests_cli = AppGroup("async-requests", help="Tenant-facing async requests.")
-
-
-def refuse(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+# A century, more than any retention: far beyond it the cut-off falls before year 1, which
+# no datetime holds (an OverflowError, not a refusal).
+MAX_RETENTION_DAYS = 36_500
 
 
 def _when(value) -> str:
@@ -58,8 +54,12 @@ def revoke_command(token_id: str) -> None:
 @click.argument("tenant_id", type=int)
 def list_command(tenant_id: int) -> None:
     """A tenant's tokens (never the secrets)."""
+    try:
+        listed = tokens.tokens_of(tenant_id)
+    except AsyncRequestError as exc:
+        refuse(str(exc))
     click.echo(f"{'id':12}  {'name':24} {'created':20}  {'last used':20}  revoked")
-    for info in tokens.tokens_of(tenant_id):
+    for info in listed:
         click.echo(
             f"{info.public_id:12}  {info.name[:24]:24} {_when(info.created_at):20}  "
             f"{_when(info.last_used_at):20}  {_when(info.revoked_at)}"
@@ -69,7 +69,7 @@ def list_command(tenant_id: int) -> None:
 @async_requests_cli.command("prune")
 @click.option(
     "--days",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_RETENTION_DAYS),
     help="Keep this many days (default ASYNC_REQUESTS_RETENTION_DAYS).",
 )
 def prune_command(days: int | None) -> None:

@@ -20,6 +20,7 @@ from asyncrequests.models import TenantApiToken
 from database import utcnow, write_transaction
 from extensions import db
 from tenancy.models import CLOSED, Tenant
+from tenancy.services import MAX_ID
 
 PREFIX = "tlk"
 PUBLIC_ID_BYTES = 6  # 12 hex characters
@@ -63,9 +64,14 @@ def public_id(token: str) -> str | None:
     return candidate
 
 
+def _tenant(tenant_id: int) -> Tenant | None:
+    # An id beyond the BIGINT column names no tenant: the driver would overflow on it.
+    return db.session.get(Tenant, tenant_id) if 0 < tenant_id <= MAX_ID else None
+
+
 def issue(tenant_id: int, name: str = "") -> IssuedToken:
     """Create a token for an existing tenant."""
-    tenant = db.session.get(Tenant, tenant_id)
+    tenant = _tenant(tenant_id)
     if tenant is None:
         raise UnknownTenant(f"no tenant {tenant_id}")
     if tenant.status == CLOSED:
@@ -131,6 +137,10 @@ def revoke(identifier: str) -> tuple[str, bool]:
 
 
 def tokens_of(tenant_id: int) -> list[TokenInfo]:
+    """A tenant's tokens, oldest first; ``UnknownTenant`` when there is no such tenant (an
+    empty list means a tenant without tokens, not a mistyped id)."""
+    if _tenant(tenant_id) is None:
+        raise UnknownTenant(f"no tenant {tenant_id}")
     rows = db.session.execute(
         select(TenantApiToken)
         .where(TenantApiToken.tenant_id == tenant_id)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +18,7 @@ from flask.cli import AppGroup
 from blueprints.api.contract import BACKOFFICE
 from blueprints.openapi import Document, build
 from blueprints.tenant_api.contract import TENANT
+from security.refusal import read_text, refuse, write_text
 
 BEGIN = "<!-- tenant-api-clients: written by `flask openapi readme` from the document -->"
 END = "<!-- /tenant-api-clients -->"
@@ -105,11 +104,16 @@ def client_section(document: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+class MissingMarkers(ValueError):
+    """The file has no place for the section: its markers are missing."""
+
+
 def readme_with_section(readme: str, section: str) -> str:
+    """``readme`` with the text between its markers replaced by ``section``."""
     before, begin, rest = readme.partition(BEGIN)
     _, end, after = rest.partition(END)
     if not begin or not end:
-        raise click.ClickException(f"README has no {BEGIN} … {END} markers")
+        raise MissingMarkers(f"no {BEGIN} … {END} markers")
     return before + section + after
 
 
@@ -125,14 +129,15 @@ def dump_command(document: str) -> None:
 @click.option("--path", default="README.md", show_default=True)
 def readme_command(check: bool, path: str) -> None:
     """Write the README's client section from the tenant document's examples."""
-    target = Path(path)
-    current = target.read_text(encoding="utf-8")
-    written = readme_with_section(current, client_section(build(current_app, TENANT)))
+    current = read_text(path)
+    try:
+        written = readme_with_section(current, client_section(build(current_app, TENANT)))
+    except MissingMarkers as exc:
+        refuse(f"{path} has {exc}")
     if check:
         if written != current:
-            click.echo(f"error: {path} is stale: run `flask openapi readme`", err=True)
-            sys.exit(1)
+            refuse(f"{path} is stale: run `flask openapi readme`")
         click.echo(f"{path} is up to date")
         return
-    target.write_text(written, encoding="utf-8")
+    write_text(path, written)
     click.echo(f"wrote {path}")

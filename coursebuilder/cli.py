@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
-from typing import NoReturn
 
 import click
 from flask.cli import AppGroup
 
 from coursebuilder import reports, stages
+from security.refusal import refuse
 
 builder_cli = AppGroup("builder", help="Course builder: start and inspect generation runs.")
-
-
-def refuse(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 @builder_cli.command("start")

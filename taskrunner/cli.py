@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
+import math
 import time
 from dataclasses import asdict
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from flask.cli import AppGroup
 
 from database import database_outage, iso
+from security.refusal import read_text, refuse, write_text
 from taskrunner import delivery, dispatch, operations, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
@@ -20,11 +21,7 @@ from taskrunner.types import TERMINAL_RUN, Refused, plural
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
 events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
-
-
-def refuse(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+MAX_DAYS = 36_500  # a century; far beyond it the cut-off is before year 1: no datetime
 
 
 def warn_if_unread(type_: str) -> None:
@@ -38,13 +35,21 @@ def warn_if_unread(type_: str) -> None:
         )
 
 
+def _constant(text: str) -> float:
+    if not math.isfinite(number := float(text)):  # NaN, 1e400: no JSON column stores them
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return number
+
+
 def _context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
     if value is None:
         return {}
     try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc.msg}") from None
+        parsed = json.loads(value, parse_float=_constant, parse_constant=_constant)
+    except RecursionError:
+        raise click.BadParameter("not JSON: nested too deeply") from None
+    except ValueError as exc:  # a JSONDecodeError, or a number no JSON column stores
+        raise click.BadParameter(f"not JSON: {getattr(exc, 'msg', exc)}") from None
     if not isinstance(parsed, dict):
         raise click.BadParameter("must be a JSON object")
     return parsed
@@ -93,6 +98,8 @@ def status_command(
     run_uuid: str | None, as_json: bool, limit: int, reason: str | None, as_csv: bool
 ) -> None:
     """Recent runs, or one run with its counts and failed and stale units."""
+    if as_csv and as_json:
+        raise click.UsageError("give --csv or --json, not both")
     if (reason is not None or as_csv) and run_uuid is None:
         raise click.UsageError("--reason and --csv need a RUN_UUID")
     if reason is not None and not reason.strip():
@@ -193,13 +200,9 @@ def compare_command(run_uuid: str, other_uuid: str | None, as_json: bool) -> Non
     click.echo(
         f"duration  {duration['run']:g} s vs {duration['with']:g} s ({duration['change']:+g} s)"
     )
-    for title, name in (
-        ("newly failing", "newly_failing"),
-        ("recovered", "recovered"),
-        ("still failing", "still_failing"),
-    ):
+    for name in ("newly_failing", "recovered", "still_failing"):
         changed = answer[name]
-        click.echo(f"\n{title}: {changed['count']}")
+        click.echo(f"\n{name.replace('_', ' ')}: {changed['count']}")
         for unit in changed["units"]:
             runs = f"  {unit['failing_runs']} runs in a row" if unit["failing_runs"] else ""
             why = unit["last_error"] if unit["status"] == "failed" else unit["previous_error"]
@@ -278,7 +281,7 @@ def cancel_command(run_uuid: str) -> None:
 
 
 @tasks_cli.command("prune")
-@click.option("--days", type=click.IntRange(min=0), help="Retention in days (default: config).")
+@click.option("--days", type=click.IntRange(0, MAX_DAYS), help="Days to keep (default: config).")
 def prune_command(days: int | None) -> None:
     """Delete terminal runs older than the retention, and the queues' leftovers."""
     report = runner.prune(days)
@@ -336,14 +339,10 @@ def catalog_command(check: bool, path: str) -> None:
     """Write the event catalog generated from the code."""
     text = catalog_markdown()
     if check:
-        try:
-            current = open(path, encoding="utf-8").read()
-        except FileNotFoundError:
-            current = ""
+        current = read_text(path, missing="")
         if current != text:
             refuse(f"{path} is stale: run `flask events catalog`")
         click.echo(f"{path} is up to date")
         return
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    write_text(path, text)
     click.echo(f"wrote {path}")

@@ -6,19 +6,26 @@ The CLI and the web views are both thin callers of these functions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from flask import current_app
 
-from database import is_sqlite, utcnow
+from database import database_outage, is_sqlite, utcnow
 from taskrunner import dispatch as dispatching
 from taskrunner.ledger import CLI, Actor, Dispatch, PruneReport, ledger
 from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
-from taskrunner.types import Refused, RunHandle, RunStatus, TaskDefinition
+from taskrunner.types import (
+    ContextError,
+    Refused,
+    RunHandle,
+    RunStatus,
+    TaskDefinition,
+    TaskUnit,
+)
 from taskrunner.unit_feed import prefetched
 from taskrunner.unit_rules import checked_units
 
@@ -44,7 +51,7 @@ def start(
     validate = getattr(definition, "validate", None)
     if validate is not None:
         validate(context)  # ``ContextError``: refused before any row is written
-    units = checked_units(definition.units(context))
+    units = checked_units(_made_units(definition, context))
     if not is_sqlite(ledger.session):
         # Made and checked beside the COPY that stores them (``unit_feed``).
         units = prefetched(units, current_app.config["TASK_RUNNER_INSERT_CHUNK"])
@@ -60,6 +67,27 @@ def start(
         return RunHandle(dispatch.run_uuid, RunStatus(status), 0)
     _dispatch_or_settle(dispatch)
     return RunHandle(dispatch.run_uuid, RunStatus.RUNNING, dispatch.count)
+
+
+def _made_units(definition: TaskDefinition, context: dict[str, Any]) -> Iterator[TaskUnit]:
+    """The type's units; what making them raises is a ``ContextError``.
+
+    A type with no ``validate`` reads its context only here (``{"units": "abc"}`` is a
+    ``ValueError`` in its ``int()``), inside the run's transaction, which rolls back: no
+    run is made, so the context is what was refused, never the dispatch. The message of
+    an error that is not ours is withheld (``redact``); the log has it under the same ref.
+    """
+    try:
+        yield from definition.units(context)
+    except Refused:
+        raise
+    except Exception as exc:
+        if database_outage(exc):
+            raise  # the database could not answer: not the context's fault
+        logger.warning("The units of a %s run could not be made", definition.type(), exc_info=exc)
+        raise ContextError(
+            f"{definition.type()} could not make its units from this context: {redact(exc)}"
+        ) from exc
 
 
 def _dispatch_or_settle(dispatch: Dispatch) -> None:

@@ -10,9 +10,9 @@ import click
 from flask.cli import AppGroup
 
 from database import iso
+from security.refusal import refuse
 from taskrunner import reports, schedule_actions
 from taskrunner import schedules as service
-from taskrunner.cli import refuse
 from taskrunner.ledger import CLI
 from taskrunner.types import Refused
 

@@ -6,20 +6,26 @@ Huey instance per queue.
 """
 
 import logging
-import os
 
 from app import create_app
-from security.logs import configure_logging
+from config import Config, ConfigError
+from startup import configure_process_logging, refuse_config
 from tasks.budget import consumer_config
 from tasks.huey_internals import check_periodic_every
 
-# Every record of this process and of its worker processes is scrubbed; our modules
-# log to stderr (or LOG_FILE), and huey_consumer adds its own handler to "huey".
-configure_logging(os.environ.get("LOG_FILE") or "-", os.environ.get("LOG_LEVEL", "INFO"))
-logging.getLogger("huey").propagate = False
+try:
+    # The settings are read once before logging is set up, so a bad LOG_LEVEL (or any
+    # other) is refused on one line rather than raised from inside logging.
+    settings = Config()
+    # Every record of this process and of its worker processes is scrubbed; our modules
+    # log to stderr (or LOG_FILE), and huey_consumer adds its own handler to "huey".
+    configure_process_logging(settings.LOG_FILE or "-", settings.LOG_LEVEL)
+    logging.getLogger("huey").propagate = False
 
-# A bounded ledger pool that every thread of the process shares (tasks.budget).
-app = create_app(consumer_config())
+    # A bounded ledger pool that every thread of the process shares (tasks.budget).
+    app = create_app(consumer_config())
+except ConfigError as exc:
+    raise refuse_config(exc) from None
 _queues = app.extensions["queues"]
 # Huey's scheduler checks the periodic schedules once a minute; shorter periods (a test
 # that sweeps every few seconds) need it to look as often as the shortest one.

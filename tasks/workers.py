@@ -23,6 +23,7 @@ import click
 from flask import current_app
 from flask.cli import with_appcontext
 
+from security.refusal import refuse
 from tasks.budget import ProcessBudget, consumer_processes, server_room
 from tasks.queues import libpq_dsn
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, QUEUES
@@ -161,7 +162,7 @@ def workers_command(
         return
     refusal = room_refusal(budget, postgres_queue)
     if refusal:
-        raise click.ClickException(refusal)
+        refuse(refusal)
     processes = {}
     for item in plans:
         click.echo(f"starting {item.name}: {' '.join(item.command[1:])}", err=True)
@@ -172,7 +173,7 @@ def workers_command(
     problems = supervisor.wait()
     if problems:
         # Non-zero, so a supervisor (systemd's Restart=) sees the failure and restarts us.
-        raise click.ClickException("; ".join(problems))
+        refuse("; ".join(problems))
 
 
 def connection_plan(plans: Sequence[ConsumerPlan], postgres_queue: bool) -> list[ProcessBudget]:

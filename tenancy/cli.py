@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import sys
-from typing import NoReturn
 
 import click
 from flask.cli import AppGroup
 
+from security.refusal import refuse
 from taskrunner.contract import plural
 from tenancy import services as tenants
 from tenancy.services import TenantError
 
 tenants_cli = AppGroup("tenants", help="Tenants: create, list, import, close; their API tokens.")
-
-
-def refuse(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 @tenants_cli.command("create")

@@ -140,8 +140,9 @@ class Writes:
         check made before the lock may be stale by the time the lock is granted.
         """
         run = None
-        if is_uuid(run_uuid):
-            run = lock_row(self.session, TaskRun, TaskRun.uuid == run_uuid, not_deleted(TaskRun))
+        lowered = str(run_uuid).lower()  # any case, as ``find_run`` reads it
+        if is_uuid(lowered):
+            run = lock_row(self.session, TaskRun, TaskRun.uuid == lowered, not_deleted(TaskRun))
         if run is None:
             raise Refused(f"no run {run_uuid}")
         return run

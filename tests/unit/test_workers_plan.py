@@ -69,7 +69,7 @@ def test_flask_workers_refuses_before_starting_anything_when_the_server_has_no_r
 
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        "Error: the consumers may hold 33 connections but the server allows 7 more"
+        "error: the consumers may hold 33 connections but the server allows 7 more"
         " (role limit 10 - 3 in use); see flask workers --plan"
     ]
 

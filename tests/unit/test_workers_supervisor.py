@@ -67,4 +67,4 @@ def test_the_workers_command_exits_non_zero_with_one_line_when_a_consumer_dies(c
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     assert result.exit_code == 1
-    assert "consumer tasks exited on its own (exit 5)" in result.output
+    assert result.output.splitlines()[-1] == "error: consumer tasks exited on its own (exit 5)"

@@ -1,0 +1,204 @@
+"""The command line's rule: a refusal is exit 1 and one line starting ``error:``, a usage
+error exit 2, never a traceback, and a refused action writes nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from sqlalchemy import func, select
+
+from extensions import db
+from security.echo import one_line
+from taskrunner.models import TaskRun
+from tests.web.tenant_api_support import make_tenant
+
+CONTEXT_DEEP = "[" * 100_000
+STRANGE = "bad\nline\x1b[31m\u2028end"
+
+
+def assert_refused(result, message: str | None = None) -> None:
+    """Exit 1, one printable line on stderr starting ``error:`` (and ``message`` in it)."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1, result.output
+    assert result.stderr.endswith("\n") and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: ")
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", result.stderr)
+    if message is not None:
+        assert message in result.stderr
+
+
+def assert_usage_error(result, message: str) -> None:
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def start(cli, type_: str, context: dict) -> str:
+    result = cli.invoke(args=["tasks", "start", type_, "--context", json.dumps(context)])
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip().splitlines()[-1]
+
+
+def runs(app) -> int:
+    with app.app_context():
+        return db.session.execute(select(func.count()).select_from(TaskRun)).scalar_one()
+
+
+def test_one_line_shows_control_characters_escaped_and_keeps_the_rest():
+    assert one_line("no run é\n\x1b[2J\u202e") == "no run é\\n\\x1b[2J\\u202e"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tasks", "status", STRANGE],
+        ["tasks", "compare", STRANGE],
+        ["tasks", "retry", STRANGE],
+        ["tasks", "cancel", STRANGE],
+        ["events", "redeliver", STRANGE],
+        ["tenants", "token", "revoke", STRANGE],
+    ],
+)
+def test_a_refusal_quoting_a_newline_or_an_escape_sequence_stays_one_line(cli, args):
+    result = cli.invoke(args=args)
+
+    assert_refused(result, "bad\\nline\\x1b[31m\\u2028end")
+
+
+def test_retry_and_cancel_accept_the_uppercase_uuid_that_status_accepts(cli):
+    run_uuid = start(cli, "diagnostics.probe", {"units": 3}).upper()
+
+    status = cli.invoke(args=["tasks", "status", run_uuid])
+    retried = cli.invoke(args=["tasks", "retry", run_uuid])
+    cancelled = cli.invoke(args=["tasks", "cancel", run_uuid])
+
+    assert status.exit_code == 0, status.output
+    assert retried.exit_code == 0, retried.output
+    assert "re-dispatched 3 units" in retried.stdout
+    assert cancelled.exit_code == 0, cancelled.output
+    assert "3 units skipped" in cancelled.stdout
+
+
+def test_a_context_its_type_cannot_make_units_from_is_refused_with_no_run(app, cli, caplog):
+    result = cli.invoke(
+        args=["tasks", "start", "diagnostics.effects", "--context", '{"units": "abc"}']
+    )
+
+    assert_refused(result, "error: diagnostics.effects could not make its units")
+    assert "dispatch failed" not in result.stderr
+    assert runs(app) == 0
+    ref = re.search(r"ref ([0-9a-f]{8})", result.stderr).group(1)
+    assert any(ref in record.getMessage() for record in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (CONTEXT_DEEP, "not JSON: nested too deeply"),
+        ('{"units": NaN}', "not JSON: NaN is not a finite number"),
+        ('{"units": Infinity}', "not JSON: Infinity is not a finite number"),
+        ('{"units": 1e400}', "not JSON: 1e400 is not a finite number"),
+    ],
+)
+def test_a_context_that_is_not_json_is_a_usage_error_with_no_run(app, cli, context, message):
+    result = cli.invoke(args=["tasks", "start", "diagnostics.effects", "--context", context])
+
+    assert_usage_error(result, message)
+    assert runs(app) == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tasks", "prune", "--days", "800000"],
+        ["async-requests", "prune", "--days", "99999999999999999999"],
+    ],
+)
+def test_a_retention_beyond_a_century_is_a_usage_error(cli, args):
+    assert_usage_error(cli.invoke(args=args), "is not in the range 0<=x<=36500")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tenants", "token", "create", "9223372036854775808"],
+        ["tenants", "token", "list", "99999999999999999999"],
+    ],
+)
+def test_a_tenant_id_beyond_64_bits_names_no_tenant_as_tenants_close_says(cli, args):
+    result = cli.invoke(args=args)
+
+    assert_refused(result)
+    assert result.stderr == f"error: no tenant {args[-1]}\n"
+
+
+def test_the_tokens_of_an_unknown_tenant_are_refused_like_its_other_commands(app, cli):
+    with app.app_context():
+        known = make_tenant("Acme")
+
+    unknown = cli.invoke(args=["tenants", "token", "list", "99999"])
+    listed = cli.invoke(args=["tenants", "token", "list", str(known)])
+
+    assert_refused(unknown)
+    assert unknown.stderr == "error: no tenant 99999\n"
+    assert listed.exit_code == 0 and listed.stdout.startswith("id ")
+
+
+@pytest.fixture
+def unreadable(tmp_path) -> dict[str, str]:
+    binary = tmp_path / "binary.md"
+    binary.write_bytes(b"\xff\xfe\x00\x81 not utf-8")
+    return {
+        "missing": str(tmp_path / "missing.md"),
+        "directory": str(tmp_path),
+        "binary": str(binary),
+    }
+
+
+@pytest.mark.parametrize("which", ["missing", "directory", "binary"])
+@pytest.mark.parametrize("check", [["--check"], []])
+def test_openapi_readme_refuses_a_path_it_cannot_read(cli, unreadable, which, check):
+    path = unreadable[which]
+
+    result = cli.invoke(args=["openapi", "readme", *check, "--path", path])
+
+    assert_refused(result, f"error: cannot read {path}: ")
+
+
+def test_openapi_readme_refuses_a_file_without_the_markers_with_error(cli, tmp_path):
+    plain = tmp_path / "plain.md"
+    plain.write_text("# no markers here\n", encoding="utf-8")
+
+    result = cli.invoke(args=["openapi", "readme", "--path", str(plain)])
+
+    assert_refused(result, f"error: {plain} has no <!-- tenant-api-clients")
+    assert plain.read_text(encoding="utf-8") == "# no markers here\n"
+
+
+@pytest.mark.parametrize("which", ["directory", "binary"])
+def test_events_catalog_check_refuses_a_path_it_cannot_read(cli, unreadable, which):
+    path = unreadable[which]
+
+    result = cli.invoke(args=["events", "catalog", "--check", "--path", path])
+
+    assert_refused(result, f"error: cannot read {path}: ")
+
+
+@pytest.mark.parametrize("where", ["no-such-dir/EVENTS.md", "."])
+def test_events_catalog_refuses_a_path_it_cannot_write(cli, tmp_path, where):
+    path = str(tmp_path / where)
+
+    result = cli.invoke(args=["events", "catalog", "--path", path])
+
+    assert_refused(result, f"error: cannot write {path}: ")
+
+
+def test_status_refuses_csv_and_json_together(cli):
+    run_uuid = start(cli, "diagnostics.probe", {"units": 1})
+
+    result = cli.invoke(args=["tasks", "status", run_uuid, "--csv", "--json"])
+
+    assert_usage_error(result, "give --csv or --json, not both")
+    assert result.stdout == ""

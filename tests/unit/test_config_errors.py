@@ -1,0 +1,120 @@
+"""A setting the process cannot run with is one ``error:`` line naming it, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from config import Config, ConfigError
+from harness import ROOT
+
+
+def run(args: list[str], tmp_path, **settings: str) -> subprocess.CompletedProcess:
+    """``python args…`` from the project root, as an operator's shell would run it, with a
+    fresh instance folder and log file under ``tmp_path`` and ``settings`` on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(
+        INSTANCE_PATH=str(tmp_path / "instance"),
+        LOG_FILE=str(tmp_path / "cli.log"),
+        PYTHONPATH=str(ROOT),
+    )
+    env.update(settings)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_one_error_line(done: subprocess.CompletedProcess, *named: str) -> None:
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: "), line
+    for part in named:
+        assert part in line, line
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("TASK_RUNNER_RETENTION_DAYS", "1e3", "must be a whole number, got '1e3'"),
+        ("ALERT_STALE_UNITS", "abc", "must be a whole number, got 'abc'"),
+        ("ALERT_STALE_MINUTES", "ten", "must be a number, got 'ten'"),
+        ("SESSION_COOKIE_SECURE", "yes", "must be 0 or 1, got 'yes'"),
+        ("LOG_LEVEL", "LOUD", "'LOUD'"),
+        ("DATABASE_URL", "notaurl", "is not a database URL"),
+        ("DATABASE_URL", "foo://db", "sqlalchemy.dialects:foo"),
+        ("TASKLEDGER_EXTRA_MODULES", "nowhere.tasks", "'nowhere.tasks'"),
+    ],
+)
+def test_a_bad_setting_is_one_error_line_naming_it_and_exit_1_in_the_cli(
+    tmp_path, setting, value, named
+):
+    done = run(["-m", "flask", "--app", "app", "tasks", "status"], tmp_path, **{setting: value})
+
+    assert_one_error_line(done, setting, named)
+
+
+def test_a_log_file_that_cannot_be_written_is_one_error_line_naming_log_file(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+
+    done = run(["-m", "flask", "--app", "app", "tasks", "status"], tmp_path, LOG_FILE=str(folder))
+
+    assert_one_error_line(done, "LOG_FILE", repr(str(folder)))
+
+
+def test_a_database_url_that_does_not_parse_is_not_repeated_in_the_error(tmp_path):
+    done = run(
+        ["-m", "flask", "--app", "app", "tasks", "status"],
+        tmp_path,
+        DATABASE_URL="postgres ql://ops:hunter2-secret@db/ledger",
+    )
+
+    assert_one_error_line(done, "DATABASE_URL")
+    assert "hunter2-secret" not in done.stderr
+
+
+@pytest.mark.parametrize("entry", ["wsgi", "tasks.consumer"])
+def test_the_web_and_consumer_entry_modules_refuse_a_bad_setting_on_one_line(tmp_path, entry):
+    done = run(["-c", f"import {entry}"], tmp_path, ALERT_STALE_UNITS="abc")
+
+    assert_one_error_line(done, "ALERT_STALE_UNITS must be a whole number, got 'abc'")
+
+
+def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
+    for setting, value, expected in (
+        ("TASK_RUNNER_RETENTION_DAYS", "1e3", "must be a whole number, got '1e3'"),
+        ("LIVE_POLL_SECONDS", "nan", "must be a number, got 'nan'"),
+        ("SESSION_COOKIE_SECURE", "true", "must be 0 or 1, got 'true'"),
+        ("LOG_LEVEL", "LOUD", "must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+    ):
+        with monkeypatch.context() as patched:
+            patched.setenv(setting, value)
+            with pytest.raises(ConfigError, match=f"^{setting} {expected}"):
+                Config()
+
+
+def test_a_log_level_in_lower_case_is_the_same_level(monkeypatch):
+    monkeypatch.setenv("LOG_LEVEL", "debug")
+
+    assert Config().LOG_LEVEL == "DEBUG"
+
+
+def test_gunicorns_master_stops_on_a_bad_setting_with_one_error_line(tmp_path):
+    done = run(
+        ["-m", "gunicorn", "-c", "gunicorn.conf.py", "-b", "127.0.0.1:0", "wsgi:app"],
+        tmp_path,
+        TASK_RUNNER_RETENTION_DAYS="1e3",
+    )
+
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "Traceback" in line or "error" in line]
+    assert errors == ["error: TASK_RUNNER_RETENTION_DAYS must be a whole number, got '1e3'"]
