@@ -31,14 +31,19 @@ class ConfigError(click.ClickException, ValueError):
         click.echo(f"error: {self.format_message()}", file=file, err=file is None)
 
 
-def _int(name: str, default: int) -> int:
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    """No setting means anything below zero; a period, a chunk or a window (``minimum``
+    1) means nothing at zero either: a consumer would spin or divide by it."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
+    return value
 
 
 def _float(name: str, default: float) -> float:
@@ -52,6 +57,8 @@ def _float(name: str, default: float) -> float:
     # nan and inf parse, but no period, share or timeout is one (timedelta refuses them).
     if not math.isfinite(value):
         raise ConfigError(f"{name} must be a number, got {raw!r}")
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {raw!r}")
     return value
 
 
@@ -146,22 +153,24 @@ class Config:
             self.SECRET_KEY = env["SECRET_KEY"]
         self.TASK_RUNNER_RETRY_HORIZON_HOURS = _float("TASK_RUNNER_RETRY_HORIZON_HOURS", 6)
         # The throttle's fixed window: rate_per_minute units per window (60 s in production).
-        self.TASK_RUNNER_RATE_WINDOW_SECONDS = _int("TASK_RUNNER_RATE_WINDOW_SECONDS", 60)
+        self.TASK_RUNNER_RATE_WINDOW_SECONDS = _int(
+            "TASK_RUNNER_RATE_WINDOW_SECONDS", 60, minimum=1
+        )
         self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int("TASK_RUNNER_STUCK_AFTER_MINUTES", 60)
         self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30)
         self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
         # Periods of the two sweeps that run every few minutes (taskrunner/periodic.py).
-        self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60)
-        self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300)
+        self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60, minimum=1)
+        self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300, minimum=1)
         # The roll-up of units settled per minute (the queues page's last minute and hour).
-        self.TASK_RUNNER_THROUGHPUT_SECONDS = _int("TASK_RUNNER_THROUGHPUT_SECONDS", 60)
+        self.TASK_RUNNER_THROUGHPUT_SECONDS = _int("TASK_RUNNER_THROUGHPUT_SECONDS", 60, minimum=1)
         self.TASK_RUNNER_RETENTION_DAYS = _int("TASK_RUNNER_RETENTION_DAYS", 30)
         # A subscriber that refuses an event retries after this many seconds, doubling
         # (at most an hour), and is parked after this many refusals.
         self.TASK_RUNNER_EVENT_RETRY_SECONDS = _float("TASK_RUNNER_EVENT_RETRY_SECONDS", 60)
-        self.TASK_RUNNER_EVENT_MAX_ATTEMPTS = _int("TASK_RUNNER_EVENT_MAX_ATTEMPTS", 8)
-        self.TASK_RUNNER_INSERT_CHUNK = _int("TASK_RUNNER_INSERT_CHUNK", 5000)
-        self.TASK_RUNNER_DISPATCH_CHUNK = _int("TASK_RUNNER_DISPATCH_CHUNK", 1000)
+        self.TASK_RUNNER_EVENT_MAX_ATTEMPTS = _int("TASK_RUNNER_EVENT_MAX_ATTEMPTS", 8, minimum=1)
+        self.TASK_RUNNER_INSERT_CHUNK = _int("TASK_RUNNER_INSERT_CHUNK", 5000, minimum=1)
+        self.TASK_RUNNER_DISPATCH_CHUNK = _int("TASK_RUNNER_DISPATCH_CHUNK", 1000, minimum=1)
         # More task types for another queue than their definition names ("type=queue,...";
         # the routing table, tasks/routing.py TYPE_ROUTES, has the project's own).
         self.TASK_RUNNER_TYPE_ROUTES = env.get("TASK_RUNNER_TYPE_ROUTES", "")
@@ -181,16 +190,16 @@ class Config:
         self.LLM_API_KEY = env.get("LLM_API_KEY", "")
         self.LLM_MODEL = env.get("LLM_MODEL", "")
         self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120)
-        self.BUILDER_STREAM_SECONDS = _int("BUILDER_STREAM_SECONDS", 60)
+        self.BUILDER_STREAM_SECONDS = _int("BUILDER_STREAM_SECONDS", 60, minimum=1)
         # The run pages' live streams: how long one stream lasts (the browser reconnects)
         # and how often it probes the runs it follows.
-        self.LIVE_STREAM_SECONDS = _int("LIVE_STREAM_SECONDS", 60)
+        self.LIVE_STREAM_SECONDS = _int("LIVE_STREAM_SECONDS", 60, minimum=1)
         self.LIVE_POLL_SECONDS = _float("LIVE_POLL_SECONDS", 1.0)
         # Open streams hold a request thread each: at most this many in one web process
         # (gunicorn.conf.py keeps the rest of its threads for pages), and at most this many
         # of one operator session on every process and host together. More: 429.
-        self.LIVE_STREAMS_PER_PROCESS = _int("LIVE_STREAMS_PER_PROCESS", 4)
-        self.LIVE_STREAMS_PER_SESSION = _int("LIVE_STREAMS_PER_SESSION", 6)
+        self.LIVE_STREAMS_PER_PROCESS = _int("LIVE_STREAMS_PER_PROCESS", 4, minimum=1)
+        self.LIVE_STREAMS_PER_SESSION = _int("LIVE_STREAMS_PER_SESSION", 6, minimum=1)
         # How long a process reuses the overview strip it read (its numbers move by the minute).
         self.OVERVIEW_CACHE_SECONDS = _float("OVERVIEW_CACHE_SECONDS", 5.0)
         self.DOCUMENTS_PROVIDER_URL = env.get("DOCUMENTS_PROVIDER_URL", "")
@@ -199,8 +208,10 @@ class Config:
         # A host cut off from PostgreSQL or Redis must not hang on a dead socket: connecting
         # gives up after the first, a connection whose peer went silent breaks after about
         # the second (database.postgres_connect_args, tasks.queues).
-        self.NETWORK_CONNECT_TIMEOUT_SECONDS = _int("NETWORK_CONNECT_TIMEOUT_SECONDS", 10)
-        self.NETWORK_DEAD_PEER_SECONDS = _int("NETWORK_DEAD_PEER_SECONDS", 60)
+        self.NETWORK_CONNECT_TIMEOUT_SECONDS = _int(
+            "NETWORK_CONNECT_TIMEOUT_SECONDS", 10, minimum=1
+        )
+        self.NETWORK_DEAD_PEER_SECONDS = _int("NETWORK_DEAD_PEER_SECONDS", 60, minimum=1)
         # database.engine_options adds hide_parameters: bound values never reach a message.
         self.SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
         # How this process names its PostgreSQL connections (with its pid, and "ledger" or
@@ -217,9 +228,9 @@ class Config:
         self.REMEMBER_COOKIE_SECURE = self.SESSION_COOKIE_SECURE
         self.HSTS_SECONDS = 0 if self.DEVELOPMENT else _int("HSTS_SECONDS", 31536000)
         self.PERMANENT_SESSION_LIFETIME = timedelta(hours=_float("SESSION_LIFETIME_HOURS", 12))
-        self.WTF_CSRF_TIME_LIMIT = _int("CSRF_TOKEN_LIFETIME_SECONDS", 3600)
+        self.WTF_CSRF_TIME_LIMIT = _int("CSRF_TOKEN_LIFETIME_SECONDS", 3600, minimum=1)
         # Requests whose bodies are bigger are refused with a 413 before they are read.
-        self.MAX_CONTENT_LENGTH = _int("MAX_CONTENT_LENGTH", 1024 * 1024)
+        self.MAX_CONTENT_LENGTH = _int("MAX_CONTENT_LENGTH", 1024 * 1024, minimum=1)
         # Proxies in front of the app that append to X-Forwarded-For / -Proto (0: none;
         # a client's own X-Forwarded-* headers are then ignored).
         self.TRUSTED_PROXY_HOPS = _int("TRUSTED_PROXY_HOPS", 0)
@@ -250,7 +261,7 @@ class Config:
         self.ALERT_REMIND_MINUTES = _float("ALERT_REMIND_MINUTES", 240)
         self.ALERT_QUEUE_WAIT_MINUTES = env.get("ALERT_QUEUE_WAIT_MINUTES", "*=30,long-job=0")
         self.ALERT_PARKED_DELIVERIES = _int("ALERT_PARKED_DELIVERIES", 1)
-        self.ALERT_EVALUATE_SECONDS = _int("ALERT_EVALUATE_SECONDS", 60)
+        self.ALERT_EVALUATE_SECONDS = _int("ALERT_EVALUATE_SECONDS", 60, minimum=1)
         # Which channels each rule goes to ("rule=slack+email,*=webhook"); unset: all.
         self.ALERT_ROUTES = env.get("ALERT_ROUTES", "")
         self.ALERT_TIMEOUT_SECONDS = _float("ALERT_TIMEOUT_SECONDS", 5)
@@ -259,14 +270,14 @@ class Config:
         self.ALERT_WEBHOOK_SECRET = env.get("ALERT_WEBHOOK_SECRET", "")
         self.ALERT_EMAIL_TO = env.get("ALERT_EMAIL_TO", "")
         self.SMTP_HOST = env.get("SMTP_HOST", "")
-        self.SMTP_PORT = _int("SMTP_PORT", 587)
+        self.SMTP_PORT = _int("SMTP_PORT", 587, minimum=1)
         self.SMTP_USER = env.get("SMTP_USER", "")
         self.SMTP_PASSWORD = env.get("SMTP_PASSWORD", "")
         self.SMTP_FROM = env.get("SMTP_FROM", "")
         self.SMTP_SECURITY = env.get("SMTP_SECURITY", "starttls")
         # Absolute links in alerts ("https://backoffice.example.com"); unset: paths only.
         self.BACKOFFICE_URL = env.get("BACKOFFICE_URL", "")
-        self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60)
+        self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60, minimum=1)
         self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
         self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)
 

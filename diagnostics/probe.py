@@ -31,6 +31,9 @@ FAKE_CARD = "4111 1111 1111 1111"
 CONTEXT = dict.fromkeys(
     ("units", "fail_every", "vendor_fail_every", "crash_every", "sleep_ms"), int
 )
+# Ten times the largest run measured (bench/bench_million.py); a typo's trillion would
+# fill the disk in the run's one transaction before anyone could cancel it.
+MAX_UNITS = 10_000_000
 
 
 class ProbeFailed(TaskReportableError):
@@ -61,6 +64,10 @@ class ProbeTask:
         for key, value in context.items():
             if value < 0:
                 raise ContextError(f"{self.type()}: the context key {key!r} must not be negative")
+        if context.get("units", 0) > MAX_UNITS:
+            raise ContextError(
+                f"{self.type()}: at most {MAX_UNITS:,} units, not {context['units']:,}"
+            )
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         for i in range(1, _number(context, "units") + 1):

@@ -95,11 +95,29 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("LIVE_POLL_SECONDS", "nan", "must be a number, got 'nan'"),
         ("SESSION_COOKIE_SECURE", "true", "must be 0 or 1, got 'true'"),
         ("LOG_LEVEL", "LOUD", "must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("TASK_RUNNER_RETENTION_DAYS", "-1", "must be at least 0, got '-1'"),
+        ("TASK_RUNNER_SWEEP_SECONDS", "0", "must be at least 1, got '0'"),
+        ("TASK_RUNNER_DISPATCH_CHUNK", "0", "must be at least 1, got '0'"),
+        ("ALERT_STALE_MINUTES", "-5", "must not be negative, got '-5'"),
     ):
         with monkeypatch.context() as patched:
             patched.setenv(setting, value)
             with pytest.raises(ConfigError, match=f"^{setting} {expected}"):
                 Config()
+
+
+def test_a_zero_that_means_off_or_now_is_still_taken(monkeypatch):
+    for setting in (
+        "TASK_RUNNER_NEVER_STARTED_SECONDS",
+        "ALERT_REMIND_MINUTES",
+        "TRUSTED_PROXY_HOPS",
+    ):
+        monkeypatch.setenv(setting, "0")
+
+    config = Config()
+
+    assert config.TASK_RUNNER_NEVER_STARTED_SECONDS == 0 and config.ALERT_REMIND_MINUTES == 0
+    assert config.TRUSTED_PROXY_HOPS == 0
 
 
 def test_a_log_level_in_lower_case_is_the_same_level(monkeypatch):

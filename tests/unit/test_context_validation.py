@@ -43,6 +43,11 @@ def runs() -> int:
             "error: diagnostics.probe: the context key 'fail_every' must not be negative",
         ),
         (
+            "diagnostics.probe",
+            {"units": 10**12},
+            "error: diagnostics.probe: at most 10,000,000 units, not 1,000,000,000,000",
+        ),
+        (
             "diagnostics.vendor_probe",
             {"units": 2.5},
             "error: diagnostics.vendor_probe: the context key 'units' must be a whole number, "
