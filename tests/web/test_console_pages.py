@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from database import utcnow
 from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
@@ -124,9 +123,11 @@ def test_the_queues_page_counts_pending_running_and_settled_units(app, people, c
     before = web.get("/backoffice/queues")
     assert "not rolled up yet" in before.text
     with app.app_context():
-        # The periodic roll-up, as it runs every minute (the minute now running included,
-        # past the grace a minute is given: in a minute's first seconds it would not be).
-        later = utcnow() + timedelta(minutes=1) + THROUGHPUT_GRACE
+        # The periodic roll-up, as it runs once the minute the units settled in has ended
+        # (past the grace a minute is given). Taken from their finish, not from the clock:
+        # a minute that turned while the pages were read would be the "last minute" else.
+        settled = db.session.execute(select(func.max(TaskRunUnit.finished_at))).scalar_one()
+        later = settled.replace(second=0, microsecond=0) + timedelta(minutes=1) + THROUGHPUT_GRACE
         assert ledger.throughput.roll(later) > 0
     data = web.get("/api/v1/backoffice/queues").json
     tasks = next(q for q in data["queues"] if q["name"] == "tasks")
