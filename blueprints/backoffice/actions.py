@@ -32,9 +32,10 @@ def _retry_target() -> tuple[str | None, list[str] | None]:
     keys = [k for k in request.form.getlist("unit") if k]
     if reason is not None and keys:
         abort(400, description="give a reason or units, not both")
-    if reason is not None and not params.checked_reason(reason).strip():
-        abort(400, description="reason must be the text of an error group")
-    reason = reason and params.checked_reason(reason)
+    if reason is not None:
+        reason = params.checked_reason(reason)
+        if not reason.strip():
+            abort(400, description="reason must be the text of an error group")
     if len(keys) > 500 or any(len(k) > 191 or any(ord(c) < 32 for c in k) for k in keys):
         abort(400, description="units must be up to 500 unit keys")
     if "unit" in request.form and not keys:
