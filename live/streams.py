@@ -211,11 +211,11 @@ def follow(
                     return
             else:
                 yield KEEP_ALIVE
-            if time.monotonic() >= deadline:
-                yield sse("rest", {})
-                return
             stream.renew()
-            if stream.wait(poll):
+            if time.monotonic() >= deadline or stream.wait(poll):
+                # The page opens its next stream the moment it reads this: the slot and
+                # the lease are given back first, or a session at its cap is refused.
+                stream.close()
                 yield sse("rest", {})
                 return
     except Exception as exc:

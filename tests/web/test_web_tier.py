@@ -252,6 +252,23 @@ def test_a_sessions_streams_are_counted_across_web_hosts(make_app):
         stream.close()
 
 
+def test_a_stream_gives_its_slot_back_before_it_says_rest(make_app):
+    # A page opens its next stream the moment it reads "rest": were the lease still held,
+    # a session at its cap would be refused and the page would say "Reconnecting…".
+    app = make_app(LIVE_STREAMS_PER_SESSION=1, LIVE_STREAMS_PER_PROCESS=1)
+    with app.test_request_context():
+        stream = streams.admit("a session")
+        text = streams.follow(
+            stream, lambda: "same", lambda _: ([], False), lambda: True, seconds=0, poll=0
+        )
+        said = next(chunk for chunk in text if "event: rest" in chunk)
+        assert said.startswith("event: rest")
+        streams.admit("a session").close()  # the page's next stream, before this one ends
+        assert list(text) == []
+        assert streams.open_streams() == 0
+        assert streams.process_streams(app).open == 0
+
+
 def test_a_lease_whose_process_died_lapses(make_app):
     app = make_app(LIVE_STREAMS_PER_SESSION=1)
     with app.test_request_context():
