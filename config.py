@@ -15,6 +15,8 @@ import click
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from security.echo import error_line
+
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY_FILE = "secret_key"
 
@@ -28,7 +30,7 @@ class ConfigError(click.ClickException, ValueError):
     """
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+        click.echo(error_line(self.format_message()), file=file, err=file is None)
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:

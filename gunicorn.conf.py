@@ -48,12 +48,13 @@ def on_starting(server) -> None:
     from gunicorn.workers.gthread import ThreadWorker
 
     from config import Config, ConfigError
+    from security.echo import error_line
 
     try:
         cap = Config().LIVE_STREAMS_PER_PROCESS
     except ConfigError as exc:
         # The master reads the settings first: one line and stop, as every entry point does.
-        raise SystemExit(f"error: {exc.format_message()}") from None
+        raise SystemExit(error_line(exc.format_message())) from None
     cfg = server.cfg
     if not issubclass(cfg.worker_class, ThreadWorker) or cfg.threads <= cap:
         raise RuntimeError(

@@ -24,6 +24,7 @@ from flask.cli import AppGroup
 
 from config import ConfigError, ensure_secret_key
 from database import database_outage
+from security.echo import error_line
 from security.files import tighten_dir
 from security.logs import configure_logging
 
@@ -65,7 +66,7 @@ def refuse_config(exc: ConfigError) -> BaseException:
     Under gunicorn, the line as an app that failed to load: gunicorn prints only its
     message and stops; a worker that merely exited would be started again, forever.
     """
-    line = f"error: {exc.format_message()}"
+    line = error_line(exc.format_message())
     if "gunicorn.arbiter" in sys.modules:
         from gunicorn.errors import AppImportError
 
@@ -113,7 +114,7 @@ def _guarded_class(base: type[click.Command]) -> type[click.Command]:
                 if outage is None:
                     raise
                 logging.getLogger(__name__).warning("flask %s: %s", ctx.command_path, outage)
-                click.echo(f"error: {outage}", err=True)
+                click.echo(error_line(str(outage)), err=True)
                 ctx.exit(1)
 
     Guarded.__name__ = f"OutageGuarded{base.__name__}"

@@ -27,6 +27,11 @@ _UNPRINTABLE = re.compile(
 )
 
 
+def error_line(message: str) -> str:
+    """The one line every entry point refuses with: ``error:`` and ``message`` on one line."""
+    return f"error: {one_line(message)}"
+
+
 def one_line(text: str) -> str:
     """``text`` with each character that would break or steer a terminal line shown
     escaped, the way ``repr`` shows it (``\\n``, ``\\x1b``, ``\\u2028``)."""

@@ -12,12 +12,12 @@ from typing import NoReturn
 
 import click
 
-from security.echo import one_line
+from security.echo import error_line
 
 
 def refuse(message: str) -> NoReturn:
     """Print ``error: message`` on one line of stderr and exit 1."""
-    click.echo(f"error: {one_line(message)}", err=True)
+    click.echo(error_line(message), err=True)
     sys.exit(1)
 
 

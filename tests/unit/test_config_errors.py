@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -136,3 +137,9 @@ def test_gunicorns_master_stops_on_a_bad_setting_with_one_error_line(tmp_path):
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if "Traceback" in line or "error" in line]
     assert errors == ["error: TASK_RUNNER_RETENTION_DAYS must be a whole number, got '1e3'"]
+
+
+def test_a_config_error_quoting_a_line_break_or_an_escape_is_still_one_line():
+    shown = io.StringIO()
+    ConfigError("LOG_FILE: cannot write 'a\nb' (\x1b[2J)").show(shown)
+    assert shown.getvalue() == "error: LOG_FILE: cannot write 'a\\nb' (\\x1b[2J)\n"
