@@ -58,9 +58,10 @@ run: seed
 	$(BIN)/flask --app wsgi run --host 127.0.0.1 --port $${PORT:-5000}
 
 # The whole suite, on the embedded default (SQLite + SqliteHuey), or on
-# PostgreSQL + Redis with TEST_BACKEND=postgres (what CI runs too).
+# PostgreSQL + Redis with TEST_BACKEND=postgres (what CI runs too). The slowest tests are
+# listed after it: what to look at first when the suite grows slow.
 test: migrate node_modules/.installed
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q --durations=15 $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
