@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from database import utcnow
+from database import iso, utcnow
 from taskrunner.ledger import Actor, ledger
 from taskrunner.schedules import known, schedule
 from taskrunner.types import Refused
 from tasks.queues import queues
 
 
-def previous_run_running(name: str) -> str | None:
-    """The uuid of the schedule's newest slot's run while that run still runs."""
-    last = schedule(name, limit=1).last_slot
+def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None:
+    """What another "run now" of ``name`` would start beside, as (what names it, in words):
+    the newest slot's run while it runs, or the slot an earlier "run now" enqueued while no
+    scheduler has taken it (within the schedule's grace: later, its job was lost)."""
+    view = schedule(name, now, limit=1)
+    last = view.last_slot
     if last is not None and last.state in ("running", "late") and last.run_uuid:
-        return last.run_uuid
-    return None
+        return last.run_uuid, f"its previous run {last.run_uuid} is still running"
+    asked = next(
+        (a for a in ledger.schedules.actions(name) if a.action == "schedule-run-now"), None
+    )
+    if asked is None:
+        return None
+    slot = datetime.fromisoformat(asked.detail["slot"].removesuffix("Z"))
+    if slot < (now or utcnow()) - timedelta(seconds=view.grace_seconds):
+        return None
+    if ledger.schedules.slots_in(name, slot - timedelta(seconds=1), slot):
+        return None  # a scheduler took it
+    return iso(slot), f"the slot {iso(slot)} run now enqueued has not started yet"
 
 
 def run_now(
@@ -24,14 +37,13 @@ def run_now(
 ) -> datetime:
     """Enqueue a slot of ``name`` now, the way its scheduler does (initiator ``operator:…``).
 
-    Refused while the schedule's previous run still runs, unless ``confirmed`` again.
+    Refused while the schedule's previous run still runs, or the slot an earlier "run now"
+    enqueued waits for a worker (one click twice is not two runs), unless ``confirmed``.
     """
     known(name)
-    running = previous_run_running(name)
-    if running and not confirmed:
-        raise Refused(
-            f"{name}: its previous run {running} is still running; confirm again to start another"
-        )
+    pending = unfinished(name, now)
+    if pending and not confirmed:
+        raise Refused(f"{name}: {pending[1]}; confirm again to start another")
     slot = (now or utcnow()).replace(microsecond=0)
     ledger.schedules.record_run_now(name, slot, actor)
     queues().enqueue_slot(name, slot, f"operator:{actor.name}")

@@ -71,7 +71,11 @@ def show_command(name: str, as_json: bool) -> None:
 
 @schedules_cli.command("run-now")
 @click.argument("name")
-@click.option("--yes", is_flag=True, help="Start it even while its previous run still runs.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Start it even while its previous run runs or an earlier run-now still waits.",
+)
 def run_now_command(name: str, yes: bool) -> None:
     """Enqueue a slot now, the way its scheduler does."""
     slot = _known(schedule_actions.run_now, name, CLI, confirmed=yes)

@@ -63,13 +63,15 @@ def _confirm(view: operations.ScheduleView, endpoint: str, verb: str, message: s
 @permission_required(MANAGE)
 def schedule_run_now(name: str):
     view = schedule_or_404(name)
-    running = operations.schedule_run_running(view.name)
-    # A run still running is named on the confirmation page: confirming that page (and no
-    # earlier one) is confirming again, so a second run is never started by one click.
+    pending = operations.schedule_unfinished(view.name)
+    running = pending[0] if pending else None
+    # A run still running (or a slot still queued) is named on the confirmation page:
+    # confirming that page (and no earlier one) is confirming again, so a second run is
+    # never started by one click.
     if not confirmed() or (running and request.form.get("running") != running):
-        if running:
+        if pending:
             message = (
-                f"Refused for now: the previous run {running} of {view.name} is still running. "
+                f"Refused for now: {view.name}: {pending[1]}. "
                 "Confirm again to start another one beside it."
             )
         else:

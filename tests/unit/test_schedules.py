@@ -11,6 +11,7 @@ import payments.statements  # noqa: F401 - declares the monthly statements
 import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
 from taskrunner import events, schedule_actions, schedules
 from taskrunner.ledger import Actor, ledger
+from taskrunner.types import Refused
 from tasks.routing import routes
 
 SWEEP = "taskrunner.detect_stuck"  # every 300 s by default: grace 600 s
@@ -272,3 +273,20 @@ def test_an_operators_run_now_settles_no_scheduled_slot_as_missed(ctx, heard):
     assert heard == []
     view = schedules.schedule(SWEEP, now=by_hand + timedelta(seconds=10))
     assert "missed" not in {state for _slot, state in states(view)}
+
+
+def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confirmed(ctx):
+    ops = Actor("ops@example.com")
+    first = schedule_actions.run_now(SWEEP, ops, now=T0)
+    later = T0 + timedelta(seconds=30)
+    with pytest.raises(Refused, match=f"the slot {first:%Y-%m-%dT%H:%M:%S}Z run now enqueued"):
+        schedule_actions.run_now(SWEEP, ops, now=later)  # a second click, the job still queued
+    second = schedule_actions.run_now(SWEEP, ops, confirmed=True, now=later)
+    assert schedule_actions.unfinished(SWEEP, later)[0] == f"{second:%Y-%m-%dT%H:%M:%S}Z"
+
+    assert ledger.schedules.claim(SWEEP, second, "host-a:1", now=later)  # a worker took it
+    assert schedule_actions.unfinished(SWEEP, later) is None
+    third = schedule_actions.run_now(SWEEP, ops, now=later + timedelta(seconds=1))
+    # Never taken within the schedule's grace: its job was lost, and asking again is free.
+    assert schedule_actions.unfinished(SWEEP, third + GRACE) is not None
+    assert schedule_actions.unfinished(SWEEP, third + GRACE + timedelta(seconds=1)) is None

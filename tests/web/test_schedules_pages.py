@@ -120,6 +120,19 @@ def test_run_now_is_refused_while_the_previous_run_runs_unless_confirmed_again(a
     assert "run now" in done.text and "manager@example.com" in done.text
 
 
+def test_a_second_click_on_run_now_before_a_worker_took_the_first_asks_again(app, people):
+    web = signed_in(app, people)
+    before = default_queue_jobs(app)
+    confirm = action(web.get(f"/backoffice/schedules/{SWEEP}"), SWEEP, "run-now")
+    done = confirm.forms["confirm"].submit().follow()
+    assert "was enqueued" in done.text and default_queue_jobs(app) == before + 1
+    # The same confirmation submitted again (a double click, a reload): nothing enqueued.
+    again = confirm.forms["confirm"].submit()
+    assert "has not started yet" in again.text and default_queue_jobs(app) == before + 1
+    done = again.forms["confirm"].submit().follow()
+    assert "was enqueued" in done.text and default_queue_jobs(app) == before + 2
+
+
 def test_operator_actions_need_the_manage_permission_and_a_csrf_token(app, people):
     viewer = signed_in(app, people, "viewer")
     token = viewer.get("/backoffice/schedules").html.select_one('input[name="csrf_token"]')
