@@ -29,7 +29,7 @@ def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None
         return None
     if ledger.schedules.slots_in(name, slot - timedelta(seconds=1), slot):
         return None  # a scheduler took it
-    return iso(slot), f"the slot {iso(slot)} run now enqueued has not started yet"
+    return iso(slot), f"the slot {iso(slot)} an earlier run now enqueued has not started yet"
 
 
 def run_now(

@@ -64,11 +64,11 @@ def _confirm(view: operations.ScheduleView, endpoint: str, verb: str, message: s
 def schedule_run_now(name: str):
     view = schedule_or_404(name)
     pending = operations.schedule_unfinished(view.name)
-    running = pending[0] if pending else None
+    named = pending[0] if pending else None
     # A run still running (or a slot still queued) is named on the confirmation page:
     # confirming that page (and no earlier one) is confirming again, so a second run is
     # never started by one click.
-    if not confirmed() or (running and request.form.get("running") != running):
+    if not confirmed() or (named and request.form.get("running") != named):
         if pending:
             message = (
                 f"Refused for now: {view.name}: {pending[1]}. "
@@ -79,10 +79,10 @@ def schedule_run_now(name: str):
                 f"A slot of {view.name} is enqueued now and runs the way a scheduled slot "
                 f"does ({view.starts}), started by you."
             )
-        fields = {"running": running} if running else {}
+        fields = {"running": named} if named else {}
         return _confirm(view, "backoffice.schedule_run_now", "Run now", message, **fields)
     try:
-        slot = operations.run_schedule_now(view.name, actor(), confirmed=bool(running))
+        slot = operations.run_schedule_now(view.name, actor(), confirmed=bool(named))
     except Refused as exc:
         flash(f"Not started: {exc}", "error")
     else:

@@ -279,7 +279,9 @@ def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confi
     ops = Actor("ops@example.com")
     first = schedule_actions.run_now(SWEEP, ops, now=T0)
     later = T0 + timedelta(seconds=30)
-    with pytest.raises(Refused, match=f"the slot {first:%Y-%m-%dT%H:%M:%S}Z run now enqueued"):
+    with pytest.raises(
+        Refused, match=f"the slot {first:%Y-%m-%dT%H:%M:%S}Z an earlier run now enqueued"
+    ):
         schedule_actions.run_now(SWEEP, ops, now=later)  # a second click, the job still queued
     second = schedule_actions.run_now(SWEEP, ops, confirmed=True, now=later)
     assert schedule_actions.unfinished(SWEEP, later)[0] == f"{second:%Y-%m-%dT%H:%M:%S}Z"
