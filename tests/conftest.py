@@ -91,12 +91,10 @@ def base_config(tmp_path_factory) -> dict:
 
 
 def empty_tables() -> None:
-    tables = [t.name for t in db.metadata.sorted_tables]
-    if db.engine.dialect.name == "postgresql":
-        db.session.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
-    else:
-        for name in reversed(tables):
-            db.session.execute(text(f"DELETE FROM {name}"))
+    # DELETE, children first, on both backends: a test leaves a few rows, and on PostgreSQL
+    # a TRUNCATE of every table took ~80 ms (a new file per table), DELETE ~6 ms.
+    for table in reversed(db.metadata.sorted_tables):
+        db.session.execute(text(f"DELETE FROM {table.name}"))
     db.session.commit()
 
 
