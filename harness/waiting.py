@@ -17,13 +17,19 @@ def wait_for(
     timeout: float = 30.0,
     interval: float = 0.1,
     message: str = "condition",
+    detail: Callable[[], str] | None = None,
 ) -> Any:
-    """Poll ``predicate`` until it returns something truthy, and return that."""
+    """Poll ``predicate`` until it returns something truthy, and return that.
+
+    ``detail``: what the failure should also say (what was left, a process's log), read
+    only when the time is up.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {message}")
+            said = f"; {detail()}" if detail is not None else ""
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {message}{said}")
         time.sleep(interval)

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from diagnostics.probe import TYPE, VENDOR_TYPE
 from extensions import db
-from harness import WaitTimeout, process_tree
+from harness import process_tree
 from taskrunner import runner
 from taskrunner.ledger import ledger
 from taskrunner.operations import run_report
@@ -119,20 +119,18 @@ def test_each_process_of_a_process_consumer_says_so_once_an_episode_and_every_un
 def ride_out_two_outages(outage_ctx, consumer, handle) -> None:
     """Two outages while a run runs; then every unit ends, and nothing was a traceback."""
 
-    def waited(predicate, timeout: float, message: str) -> None:
-        try:
-            wait_for(predicate, timeout=timeout)
-        except WaitTimeout:
-            # What is left, and what the consumer last said, to tell a slow machine from
-            # a consumer or a unit left behind.
-            units = report(handle.uuid)["units"]
-            tail = outage_ctx.log_of(consumer)[-4000:]
-            raise WaitTimeout(
-                f"timed out after {timeout:g} s waiting for {message}; units {units};"
-                f" the consumer's log:\n{tail}"
-            ) from None
+    def left() -> str:
+        # What is left, and what the consumer last said, to tell a slow machine from a
+        # consumer or a unit left behind.
+        units = report(handle.uuid)["units"]
+        return f"units {units}; the consumer's log:\n{outage_ctx.log_of(consumer)[-4000:]}"
 
-    waited(lambda: report(handle.uuid)["units"]["completed"] >= 6, 60, "six units done")
+    wait_for(
+        lambda: report(handle.uuid)["units"]["completed"] >= 6,
+        timeout=60,
+        message="six units done",
+        detail=left,
+    )
     for seconds in (8, 4):
         said = outage_ctx.log_of(consumer).count(WARNING)
         with database_refusing(consumer) as terminate:
@@ -140,16 +138,22 @@ def ride_out_two_outages(outage_ctx, consumer, handle) -> None:
             while time.monotonic() < deadline:
                 time.sleep(1)
                 terminate()  # anything that got through is cut again
-        waited(
+        wait_for(
             lambda said=said: (
                 outage_ctx.log_of(consumer).count(WARNING) > said
                 and outage_ctx.log_of(consumer).count(RECOVERED)
                 == outage_ctx.log_of(consumer).count(WARNING)
             ),
-            60,
-            "the consumer recovering on its own",
+            timeout=60,
+            message="the consumer recovering on its own",
+            detail=left,
         )
-    waited(lambda: report(handle.uuid)["status"] != "running", 120, "every unit to end")
+    wait_for(
+        lambda: report(handle.uuid)["status"] != "running",
+        timeout=120,
+        message="every unit to end",
+        detail=left,
+    )
     final = report(handle.uuid)
     assert final["units"]["completed"] == UNITS, final["units"]
     assert consumer.poll() is None  # still serving
