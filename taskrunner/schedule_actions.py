@@ -41,8 +41,7 @@ def run_now(
     enqueued waits for a worker (one click twice is not two runs), unless ``confirmed``.
     """
     known(name)
-    pending = unfinished(name, now)
-    if pending and not confirmed:
+    if not confirmed and (pending := unfinished(name, now)):
         raise Refused(f"{name}: {pending[1]}; confirm again to start another")
     slot = (now or utcnow()).replace(microsecond=0)
     ledger.schedules.record_run_now(name, slot, actor)
