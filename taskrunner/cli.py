@@ -6,7 +6,7 @@ import json
 import math
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from flask.cli import AppGroup
@@ -17,7 +17,7 @@ from taskrunner import delivery, dispatch, operations, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
-from taskrunner.types import TERMINAL_RUN, Refused, plural
+from taskrunner.types import TERMINAL_RUN, NotRecorded, Refused, plural
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
 events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
@@ -55,6 +55,13 @@ def _context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
     return parsed
 
 
+def dispatch_failed(exc: Exception) -> NoReturn:
+    """A recorded run's jobs could not be enqueued (the wedge guard settled and logged them)."""
+    if database_outage(exc):
+        raise exc  # the command line names the outage (startup)
+    refuse(f"dispatch failed: {redact(exc)}")
+
+
 @tasks_cli.command("start")
 @click.argument("type_")
 @click.option("--context", callback=_context, help="JSON object passed to the task type.")
@@ -63,12 +70,10 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
     """Start a run of a registered task type; print its uuid."""
     try:
         handle = runner.start(type_, context, "cli")
-    except Refused as exc:
+    except (Refused, NotRecorded) as exc:
         refuse(str(exc))
-    except Exception as exc:  # the wedge guard settled the run; the log has the traceback
-        if database_outage(exc):
-            raise  # no run was written: the command line names the outage (startup)
-        refuse(f"dispatch failed: {redact(exc)}")
+    except Exception as exc:
+        dispatch_failed(exc)
     click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
     warn_if_unread(type_)
     if wait:
@@ -158,13 +163,8 @@ def _print_detail(detail: dict[str, Any]) -> None:
     click.echo(f"status    {detail['status']}")
     click.echo(f"initiator {detail['initiator']}")
     click.echo(f"started   {detail['started_at']}   finished {detail['finished_at'] or '-'}")
-    click.echo(
-        "units     "
-        + "  ".join(
-            f"{name} {units[name]}"
-            for name in ("total", "pending", "running", "completed", "failed", "skipped", "stale")
-        )
-    )
+    names = ("total", "pending", "running", "completed", "failed", "skipped", "stale")
+    click.echo("units     " + "  ".join(f"{name} {units[name]}" for name in names))
     for title, key in (("failed units", "failed_units"), ("stale units", "stale_units")):
         if detail[key]:
             click.echo(f"\n{title}:")
@@ -234,10 +234,10 @@ def retry_command(
             reason=reason,
             unit_keys=list(units) if units else None,
         )
-    except Refused as exc:
+    except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     except Exception as exc:
-        refuse(f"dispatch failed: {redact(exc)}")
+        dispatch_failed(exc)
     click.echo(f"re-dispatched {plural(count, 'unit')} of run {run_uuid}")
     if count:
         warn_if_unread(ledger.runs.get_run(run_uuid).type)
@@ -260,10 +260,10 @@ def resume_command(type_: str) -> None:
     """Resume a paused task type: the units that waited are dispatched again."""
     try:
         count = runner.resume(type_)
-    except Refused as exc:
+    except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     except Exception as exc:
-        refuse(f"dispatch failed: {redact(exc)}")
+        dispatch_failed(exc)
     click.echo(f"task type {type_} resumed: {plural(count, 'waiting unit')} dispatched")
     if count:
         warn_if_unread(type_)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,10 +21,12 @@ from taskrunner.redaction import redact
 from taskrunner.registry import registry
 from taskrunner.types import (
     ContextError,
+    NotRecorded,
     Refused,
     RunHandle,
     RunStatus,
     TaskDefinition,
+    TaskRunnerError,
     TaskUnit,
 )
 from taskrunner.unit_feed import prefetched
@@ -55,13 +58,14 @@ def start(
     if not is_sqlite(ledger.session):
         # Made and checked beside the COPY that stores them (``unit_feed``).
         units = prefetched(units, current_app.config["TASK_RUNNER_INSERT_CHUNK"])
-    dispatch = ledger.transitions.create_run(
-        definition.type(),
-        context,
-        initiator,
-        units,
-        current_app.config["TASK_RUNNER_INSERT_CHUNK"],
-    )
+    with _recording(f"a run of {definition.type()}"):
+        dispatch = ledger.transitions.create_run(
+            definition.type(),
+            context,
+            initiator,
+            units,
+            current_app.config["TASK_RUNNER_INSERT_CHUNK"],
+        )
     if dispatch.count == 0:
         status = ledger.transitions.finalize(dispatch.run_id)
         return RunHandle(dispatch.run_uuid, RunStatus(status), 0)
@@ -90,6 +94,20 @@ def _made_units(definition: TaskDefinition, context: dict[str, Any]) -> Iterator
         ) from exc
 
 
+@contextmanager
+def _recording(what: str) -> Iterator[None]:
+    """A database error that is neither an outage nor a refusal becomes ``NotRecorded``,
+    logged under the ref its message quotes: nothing was dispatched, so the operator is
+    not told "dispatch failed", and the ref leads to a traceback."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, TaskRunnerError) or database_outage(exc):
+            raise
+        logger.exception("%s could not be recorded", what)
+        raise NotRecorded(f"{what} could not be recorded: {redact(exc)}") from exc
+
+
 def _dispatch_or_settle(dispatch: Dispatch) -> None:
     try:
         dispatching.enqueue_dispatch(dispatch)
@@ -114,15 +132,16 @@ def retry(
     ``reason`` narrows it to one error group (its failed units), ``unit_keys`` to a
     selection of units. ``now``: the moment staleness is judged at (default: the clock).
     """
-    dispatch = ledger.actions.reopen_for_retry(
-        run_uuid,
-        failed_only,
-        actor,
-        stale_only=stale_only,
-        reason=reason,
-        unit_keys=unit_keys,
-        now=now,
-    )
+    with _recording(f"a retry of run {run_uuid}"):
+        dispatch = ledger.actions.reopen_for_retry(
+            run_uuid,
+            failed_only,
+            actor,
+            stale_only=stale_only,
+            reason=reason,
+            unit_keys=unit_keys,
+            now=now,
+        )
     _dispatch_or_settle(dispatch)
     return dispatch.count
 
@@ -171,7 +190,8 @@ def pause(type_: str, actor: Actor = CLI) -> bool:
 def resume(type_: str, actor: Actor = CLI) -> int:
     """Resume a paused type and enqueue the units that waited; return how many."""
     registry.get(type_)
-    dispatches = ledger.actions.resume_type(type_, actor)
+    with _recording(f"the resume of {type_}"):
+        dispatches = ledger.actions.resume_type(type_, actor)
     if dispatches is None:
         raise Refused(f"task type {type_} is not paused")
     for dispatch in dispatches:

@@ -50,6 +50,12 @@ class Refused(TaskRunnerError):
     """An operator request the ledger refuses: unknown run, nothing to retry."""
 
 
+class NotRecorded(TaskRunnerError):
+    """What was asked could not be written: the database refused it, neither down nor
+    refusing the operator's input. Nothing was written; the log has the cause under the
+    ref its message quotes."""
+
+
 class ContextError(Refused):
     """A run's context its task type refuses (a key missing, misspelt or mistyped): no run
     is made. Exit 1 with this one line in the CLI, a 400 problem body on the web."""

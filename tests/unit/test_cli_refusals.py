@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
+from database import is_sqlite
 from extensions import db
 from security.echo import one_line
 from taskrunner.models import TaskRun
@@ -65,6 +67,76 @@ def test_a_refusal_quoting_a_newline_or_an_escape_sequence_stays_one_line(cli, a
     result = cli.invoke(args=args)
 
     assert_refused(result, "bad\\nline\\x1b[31m\\u2028end")
+
+
+@contextmanager
+def database_refusing_inserts_into(app, table: str):
+    """A real database error that is no outage: a trigger refuses every new row of
+    ``table`` (its message stands for one an operator must not read)."""
+    with app.app_context():
+        if is_sqlite(db.session):
+            statements = [
+                f"CREATE TRIGGER refuse_rows BEFORE INSERT ON {table} "
+                "BEGIN SELECT RAISE(ABORT, 'secret-laden refusal'); END"
+            ]
+            undo = ["DROP TRIGGER refuse_rows"]
+        else:
+            statements = [
+                "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'secret-laden refusal'; END $$",
+                f"CREATE TRIGGER refuse_rows BEFORE INSERT ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_rows()",
+            ]
+            undo = [f"DROP TRIGGER refuse_rows ON {table}", "DROP FUNCTION refuse_rows()"]
+        for statement in statements:
+            db.session.execute(text(statement))
+        db.session.commit()
+    try:
+        yield
+    finally:
+        with app.app_context():
+            db.session.remove()
+            for statement in undo:
+                db.session.execute(text(statement))
+            db.session.commit()
+
+
+def assert_not_recorded_with_a_logged_ref(result, what: str, caplog) -> None:
+    assert_refused(result, f"error: {what} could not be recorded: unhandled sqlalchemy.exc.")
+    assert "dispatch failed" not in result.stderr and "secret-laden" not in result.stderr
+    ref = re.search(r"ref ([0-9a-f]{8})", result.stderr).group(1)
+    logged = [r for r in caplog.records if ref in r.getMessage()]
+    assert logged and "Traceback" in logged[0].exc_text  # the cause, scrubbed
+
+
+def test_a_run_the_database_refuses_to_record_is_no_dispatch_failure_and_its_ref_is_logged(
+    app, cli, caplog
+):
+    with database_refusing_inserts_into(app, "task_runs"):
+        result = cli.invoke(
+            args=["tasks", "start", "diagnostics.probe", "--context", '{"units": 2}']
+        )
+
+    assert_not_recorded_with_a_logged_ref(result, "a run of diagnostics.probe", caplog)
+    assert runs(app) == 0
+
+
+@pytest.mark.parametrize("action", ["retry", "resume"])
+def test_a_retry_or_resume_the_database_refuses_to_record_names_it_and_its_ref_is_logged(
+    app, cli, caplog, action
+):
+    run_uuid = start(cli, "diagnostics.probe", {"units": 2})
+    if action == "resume":
+        assert cli.invoke(args=["tasks", "pause", "diagnostics.probe"]).exit_code == 0
+    args, what = {
+        "retry": (["tasks", "retry", run_uuid], f"a retry of run {run_uuid}"),
+        "resume": (["tasks", "resume", "diagnostics.probe"], "the resume of diagnostics.probe"),
+    }[action]
+
+    with database_refusing_inserts_into(app, "operator_actions"):
+        result = cli.invoke(args=args)
+
+    assert_not_recorded_with_a_logged_ref(result, what, caplog)
 
 
 def test_retry_and_cancel_accept_the_uppercase_uuid_that_status_accepts(cli):
