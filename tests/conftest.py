@@ -12,8 +12,10 @@ import os
 import socket
 from pathlib import Path
 
+import psycopg
 import pytest
 from huey.storage import SqliteStorage
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import text
 
 from app import create_app
@@ -28,6 +30,34 @@ PG_URL = os.environ.get("TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 IN_CI = os.environ.get("CI") == "true"
 ROOT = Path(__file__).resolve().parent.parent
+
+
+SHARED_DATABASE = PG_URL.rsplit("/", 1)[1]
+
+
+def keep_off_the_shared_database() -> None:
+    """In the SQLite pass, refuse any connection to PostgreSQL's shared test database.
+
+    CI runs the PostgreSQL pass beside this one, and its outage tests close that database
+    to connections or end its sessions: a test of this pass using it fails at random (it
+    once ended the whole pass). A database of a test's own (a drift check's) is allowed.
+    """
+    connect = psycopg.Connection.connect.__func__
+
+    def refusing(cls, conninfo: str = "", **kwargs):
+        if conninfo_to_dict(conninfo, **kwargs).get("dbname") == SHARED_DATABASE:
+            raise RuntimeError(
+                f"the SQLite pass may not use PostgreSQL's shared database {SHARED_DATABASE!r}"
+                " (the PostgreSQL pass closes it beside this one): skip the test here"
+            )
+        return connect(cls, conninfo, **kwargs)
+
+    psycopg.Connection.connect = classmethod(refusing)
+    psycopg.connect = psycopg.Connection.connect
+
+
+if BACKEND != "postgres":
+    keep_off_the_shared_database()
 
 
 def reachable(host: str, port: int) -> bool:
