@@ -12,7 +12,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from config import Config, ConfigError, instance_path, read_secret_key
 from database import bind_clock, configure_engine, engine_options, name_connections
-from extensions import csrf, db, login_manager, migrate
+from extensions import csrf, db, login_manager
 from startup import EntryCommands
 
 
@@ -66,7 +66,6 @@ def register_extensions(app: Flask) -> None:
         configure_engine(db.engine)
         name_connections(db.engine, app.config["DATABASE_APPLICATION_NAME"])
     bind_clock(app)
-    migrate.init_app(app, db, directory=str(app.root_path + "/migrations"))
     login_manager.init_app(app)
     csrf.init_app(app)
     queues.init_app(app)

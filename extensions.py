@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from flask_login import LoginManager
-from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from flask_wtf import CSRFProtect
 from sqlalchemy.orm import DeclarativeBase
@@ -14,6 +13,5 @@ class Base(DeclarativeBase):
 
 
 db = SQLAlchemy(model_class=Base)
-migrate = Migrate()
 login_manager = LoginManager()
 csrf = CSRFProtect()

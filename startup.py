@@ -87,12 +87,29 @@ class EntryCommands(AppGroup):
         super().__init__(app.name)
         self.app = app
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), "db"})
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "db":
+            enable_migrations(self.app)  # it adds its ``db`` commands
         command = super().get_command(ctx, cmd_name)
         if command is None:
             return None
         prepare_process(self.app)
         return outage_guarded(command)
+
+
+def enable_migrations(app: Flask) -> None:
+    """Flask-Migrate on ``app``, for ``flask db …`` and ``flask_migrate.upgrade``: imported
+    only then, as importing Alembic was a fifth of every other process's start (a
+    consumer, a command, a web worker)."""
+    if "migrate" not in app.extensions:
+        from flask_migrate import Migrate
+
+        from extensions import db
+
+        Migrate(app, db, directory=str(Path(app.root_path) / "migrations"))
 
 
 def outage_guarded(command: click.Command) -> click.Command:

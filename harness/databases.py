@@ -41,10 +41,11 @@ def build_app(config: dict[str, Any]) -> Flask:
 
     from app import create_app
     from extensions import db
-    from startup import prepare_process
+    from startup import enable_migrations, prepare_process
 
     app = create_app(config)
     prepare_process(app)
+    enable_migrations(app)
     with app.app_context():
         try:
             upgrade(directory=str(ROOT / "migrations"), revision="heads")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import functools
 import http.client
-import importlib
 import logging
+import sys
 import sysconfig
 import traceback
 from dataclasses import dataclass, field
@@ -48,7 +48,8 @@ _vendor_errors: set[type[BaseException]] = {
     DisconnectionError,
     PoolTimeout,
 }
-# Clients the project may run with; each is declared only where it is installed.
+# Clients the project may run with. Each class counts once its module is imported (none
+# of its exceptions exists before): importing them here cost every process's start.
 _OPTIONAL_VENDOR_ERRORS = (
     ("redis.exceptions", "ConnectionError"),
     ("redis.exceptions", "TimeoutError"),
@@ -56,11 +57,14 @@ _OPTIONAL_VENDOR_ERRORS = (
     ("httpx", "HTTPStatusError"),
     ("urllib3.exceptions", "HTTPError"),
 )
-for _module, _name in _OPTIONAL_VENDOR_ERRORS:
-    try:
-        _vendor_errors.add(getattr(importlib.import_module(_module), _name))
-    except (ImportError, AttributeError):
-        pass
+
+
+def _vendor_classes() -> tuple[type[BaseException], ...]:
+    loaded = (
+        getattr(sys.modules.get(module), name, None) for module, name in _OPTIONAL_VENDOR_ERRORS
+    )
+    return (*_vendor_errors, *filter(None, loaded))
+
 
 E = TypeVar("E", bound=type[BaseException])
 
@@ -75,7 +79,7 @@ def kind_of(exc: BaseException) -> str:
     """The kind of failure ``exc`` is: the domain marker first, then the vendor list."""
     if is_domain_error(exc):
         return DOMAIN
-    if isinstance(exc, tuple(_vendor_errors)):
+    if isinstance(exc, _vendor_classes()):
         return VENDOR
     return CRASH
 

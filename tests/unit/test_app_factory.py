@@ -66,6 +66,7 @@ print(json.dumps({
     "database": app.config["SQLALCHEMY_DATABASE_URI"],
     "logging_untouched": before == after,
     "secret_key": app.config["SECRET_KEY"],
+    "imported": [name for name in ("alembic", "httpx", "urllib3") if name in sys.modules],
 }))
 """
 
@@ -100,6 +101,15 @@ def test_building_an_app_writes_nothing_and_leaves_logging_alone(tmp_path):
     assert found["secret_key"] is None
     assert not instance.exists()
     assert list(tmp_path.iterdir()) == [], "the factory wrote into its working directory"
+
+
+def test_an_app_imports_neither_the_migration_tool_nor_http_clients_it_does_not_use(tmp_path):
+    # Their imports were a fifth of the start of every consumer, command and web worker;
+    # ``flask db upgrade`` still runs (the test below), their errors are still vendor errors
+    # (tests/unit/test_failure_kinds.py).
+    found = fresh_process(clean_env(INSTANCE_PATH=str(tmp_path / "instance")), cwd=tmp_path)
+
+    assert found["imported"] == []
 
 
 def test_a_flask_command_makes_the_instance_key_once_and_the_next_app_reads_it(tmp_path):

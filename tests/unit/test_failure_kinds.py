@@ -138,6 +138,23 @@ def test_network_and_timeout_errors_are_vendor_errors(exc):
     assert kind_of(exc) == "vendor"
 
 
+def test_the_known_http_and_queue_clients_errors_are_vendor_errors():
+    # Looked up once their client is imported, never imported for the lookup.
+    import httpx
+    import redis
+    import urllib3
+
+    request = httpx.Request("GET", "https://vendor.example/")
+    for exc in (
+        httpx.ConnectError("refused"),
+        httpx.HTTPStatusError("503", request=request, response=httpx.Response(503)),
+        urllib3.exceptions.ProtocolError("reset"),
+        redis.exceptions.ConnectionError("down"),
+        redis.exceptions.TimeoutError("slow"),
+    ):
+        assert kind_of(exc) == "vendor", exc
+
+
 def test_a_package_declares_its_clients_errors_as_vendor_errors():
     class ProviderUnavailable(Exception):
         pass

@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, text
 
 from app import create_app
 from extensions import db
+from startup import enable_migrations
 from tests.conftest import PG_URL, ROOT, require_postgres
 
 # Its own scratch database, named after the test database and this process, so suites
@@ -29,6 +30,7 @@ def drift(url: str, instance: str) -> list:
             "INSTANCE_PATH": instance,
         }
     )
+    enable_migrations(app)
     with app.app_context():
         upgrade(directory=str(ROOT / "migrations"), revision="heads")
         with db.engine.connect() as conn:
