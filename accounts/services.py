@@ -21,7 +21,6 @@ MAX_EMAIL_LENGTH = 191
 _ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 EMAIL = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+")
-# Compared against when the account does not exist, so both paths cost the same.
 # Checked when no account has the address, so that an unknown address takes as long as a
 # known one. Written out (of "not-a-real-password-at-all"): making it at import cost every
 # process's start a tenth of a second; its method is the one new hashes get (a test says).
