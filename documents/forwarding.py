@@ -9,7 +9,7 @@ from __future__ import annotations
 from flask import current_app
 from sqlalchemy import select
 
-from database import utcnow
+from database import utcnow, write_transaction
 from documents.models import FORWARDED, REJECTED, Document
 from documents.provider import ProviderClient, ProviderRejected
 from extensions import db
@@ -51,21 +51,31 @@ def forward(document_uuid: str) -> None:
     retry_backoff=2,
 )
 def forward_to_provider(document_uuid: str) -> None:
-    document = db.session.execute(
-        select(Document).where(Document.uuid == document_uuid)
-    ).scalar_one_or_none()
+    document = _find(document_uuid)
     if document is None:
         raise DocumentNotFound(f"document {document_uuid} does not exist")
     if document.status == FORWARDED:
         return  # an overlapping dispatch got there first: the provider has it
+    title, body = document.title, document.body
+    # No transaction stays open while the provider answers: on SQLite, a read begun before
+    # the call could not become the write after it once another connection had committed
+    # (a heartbeat), and the provider, which had the document, was asked again.
+    db.session.commit()
     client = ProviderClient.from_config(current_app.config)
     try:
-        reference = client.submit(document.uuid, document.title, document.body)
+        reference = client.submit(document_uuid, title, body)
     except ProviderRejected:
-        document.status = REJECTED
-        db.session.commit()
+        with write_transaction(db.session):
+            _find(document_uuid).status = REJECTED
         raise
-    document.status = FORWARDED
-    document.provider_reference = reference
-    document.forwarded_at = utcnow()
-    db.session.commit()
+    with write_transaction(db.session):
+        document = _find(document_uuid)
+        document.status = FORWARDED
+        document.provider_reference = reference
+        document.forwarded_at = utcnow()
+
+
+def _find(document_uuid: str) -> Document | None:
+    return db.session.execute(
+        select(Document).where(Document.uuid == document_uuid)
+    ).scalar_one_or_none()

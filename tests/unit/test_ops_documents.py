@@ -8,10 +8,11 @@ delay is asserted, not slept).
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import create_engine, select, update
 
 from database import utcnow
 from documents.forwarding import FORWARD, create_document, forward
@@ -26,6 +27,7 @@ from extensions import db
 from taskrunner.ledger import ledger
 from tasks.queues import queues
 from tests.provider_stub import StubProvider
+from tests.support import wait_for
 
 TOKEN = "tok_SECRET_provider_token"
 
@@ -122,6 +124,38 @@ def test_a_transient_503_is_retried_with_backoff_and_succeeds_on_the_third_attem
     assert [r["auth"] for r in provider.requests] == [f"Bearer {TOKEN}"] * 3
     assert ledger.runs.count_events("tasks.run.completed", run) == 1
     assert ledger.runs.count_events("tasks.unit.failed", run) == 0
+
+
+def test_a_write_committed_while_the_provider_answers_leaves_the_attempt_whole(make_app, provider):
+    # Another connection commits while the provider takes its time (a heartbeat does, every
+    # second). A read transaction held across the call could not become the write after it
+    # on SQLite ("database is locked"): the attempt failed although the provider had the
+    # document, and the next attempt sent it again.
+    app = make_app(DOCUMENTS_PROVIDER_URL=provider.url, DOCUMENTS_PROVIDER_TOKEN=TOKEN)
+    provider.script = [(200, {"reference": "R-9"}, 1.0)]
+    with app.app_context():
+        document = create_document(tenant_id=2, title="Contract")
+        other = create_document(tenant_id=2, title="Other").id
+        forward(document.uuid)
+        writer = create_engine(db.engine.url.render_as_string(hide_password=False))
+
+        def write_while_it_answers() -> None:
+            wait_for(lambda: provider.requests, timeout=30, message="the provider asked")
+            with writer.begin() as conn:
+                conn.execute(update(Document).where(Document.id == other).values(body="x"))
+
+        meanwhile = threading.Thread(target=write_while_it_answers)
+        meanwhile.start()
+        step()
+        meanwhile.join()
+        writer.dispose()
+
+        assert step() is None  # no retry was scheduled
+        [run] = runs_of(document)
+        assert (run.status, the_unit(run)["attempts"]) == ("completed", 1)
+        db.session.refresh(document)
+        assert (document.status, document.provider_reference) == ("forwarded", "R-9")
+        assert len(provider.requests) == 1
 
 
 def test_a_4xx_fails_at_once_with_a_domain_message_and_tasks_retry_refuses_the_run(docs, provider):
