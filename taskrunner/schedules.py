@@ -324,6 +324,13 @@ class LedgerSlotKeeper:
     def finished(
         self, name: str, slot: datetime, error: BaseException | None, run_uuid: str | None
     ) -> None:
+        if error is not None:
+            # The slot's outcome goes on a transaction of its own: not on the one the body
+            # left (a statement that failed, or a COMMIT a stop signal cut short).
+            try:
+                ledger.session.rollback()
+            except Exception:
+                ledger.session.close()  # a connection beyond a rollback: the pool drops it
         reason = redact(error) if error is not None else None
         settle_gap(name, slot)
         ledger.schedules.finish(name, slot, reason, run_uuid)

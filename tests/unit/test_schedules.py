@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 import payments.statements  # noqa: F401 - declares the monthly statements
 import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
@@ -240,6 +242,27 @@ def test_a_slot_whose_body_raised_keeps_its_redacted_reason(ctx, monkeypatch):
     assert last.state == "failed" and last.host
     assert last.reason.startswith("unhandled builtins.RuntimeError")
     assert "hunter2" not in last.reason
+
+
+def test_a_slot_whose_body_left_a_failed_statement_is_still_recorded_failed(ctx, monkeypatch):
+    # On PostgreSQL a statement that failed aborts its transaction: the slot's record went
+    # on it, failed too, and the slot showed "running" for good (as after a deploy's
+    # SIGTERM cut a body's COMMIT short).
+    name = "taskrunner.relay_events"
+
+    def broken() -> int:
+        ledger.session.execute(text("SELECT * FROM no_such_table"))
+        return 0
+
+    monkeypatch.setattr("taskrunner.delivery.relay", broken)
+    huey, task_class = periodic_task(ctx, name)
+    try:
+        huey.execute(task_class(kwargs={"slots": [T0.isoformat()]}))
+    except DBAPIError:
+        pass
+    last = schedules.schedule(name, now=T0).last_slot
+    assert last.state == "failed"
+    assert last.reason.startswith("unhandled sqlalchemy.exc.")
 
 
 def test_a_slot_written_missed_is_still_run_by_its_late_job_once(ctx, heard):
