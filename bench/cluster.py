@@ -309,6 +309,7 @@ class ClusterScenario:
         self.batch = ""
         self.overlap_marks: dict[int, int] = {}
         self.kill_time: datetime | None = None
+        self.deploys: list[datetime] = []  # each SIGTERM to c3
         self.cuts: list[tuple[datetime, datetime]] = []  # c2's cuts, link down to link up
         self.killed_at = 0.0
         # Kept apart: each retry allows its own units a different extra effect.
@@ -469,6 +470,7 @@ class ClusterScenario:
             c3 = cluster.live(cluster.consumers["c3"])
             self._wait(lambda entry=c3: self._units_in_flight(entry), 60, "c3 to run a unit")
             self.timeline.mark("deploy: SIGTERM to c3's consumers, a unit job in flight")
+            self.deploys.append(utcnow())
             code = cluster.terminate(c3)
             report.deploys += 1
             log = c3.log_text()
@@ -822,9 +824,11 @@ class ClusterScenario:
         The design lets a slot go only where a ``default`` consumer lost a job it held:
         one its worker had taken from the queue and not run (Huey is at most once), or
         whose slot it had claimed and not finished (a claimed slot is not run again). That
-        is the SIGKILL of c1 (slots due within the two periods before it) and c2's cuts
-        (slots due from two periods before the cut to one after the link came back); at
-        most one slot per worker of the lost consumer. The next slot's sweep catches up.
+        is the SIGKILL of c1 (slots due within the two periods before it), c2's cuts
+        (slots due from two periods before the cut to one after the link came back) and
+        c3's deploys (a body its SIGTERM interrupted: slots due within the two periods
+        before it); at most one slot per worker of the consumer. The next slot's sweep
+        catches up.
         """
         from tasks.routing import routes
 
@@ -847,6 +851,10 @@ class ClusterScenario:
         }
         faults = [(f"c2's cut {i}", cut - 2 * period, heal + period)
                   for i, (cut, heal) in enumerate(self.cuts, 1)]  # fmt: skip
+        # A SIGTERM interrupts the periodic body a c3 worker runs: that slot is recorded
+        # failed, not run again (units are handed back; slots are not, docs/deploy.md).
+        faults += [(f"c3's deploy {i}", at - 2 * period, at)
+                   for i, at in enumerate(self.deploys, 1)]  # fmt: skip
         if self.kill_time is not None:
             faults.insert(0, ("c1's SIGKILL", self.kill_time - 2 * period, self.kill_time))
         lost: dict[str, list[str]] = {}
