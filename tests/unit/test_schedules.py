@@ -226,19 +226,23 @@ def test_a_scheduler_skips_a_paused_schedules_slot_at_its_next_check(ctx, monkey
     assert row.outcome == "paused" and relayed == []
 
 
-def test_a_slot_whose_body_raised_keeps_its_redacted_reason(ctx, monkeypatch):
+def relay_slot_with(ctx, monkeypatch, relay) -> schedules.SlotView:
+    """The relay's slot at ``T0`` as recorded after its periodic task ran ``relay``."""
     name = "taskrunner.relay_events"
-
-    def broken() -> int:
-        raise RuntimeError("password=hunter2 leaked in a message")
-
-    monkeypatch.setattr("taskrunner.delivery.relay", broken)
+    monkeypatch.setattr("taskrunner.delivery.relay", relay)
     huey, task_class = periodic_task(ctx, name)
     try:
         huey.execute(task_class(kwargs={"slots": [T0.isoformat()]}))
-    except RuntimeError:
+    except (RuntimeError, DBAPIError):
         pass
-    last = schedules.schedule(name, now=T0).last_slot
+    return schedules.schedule(name, now=T0).last_slot
+
+
+def test_a_slot_whose_body_raised_keeps_its_redacted_reason(ctx, monkeypatch):
+    def broken() -> int:
+        raise RuntimeError("password=hunter2 leaked in a message")
+
+    last = relay_slot_with(ctx, monkeypatch, broken)
     assert last.state == "failed" and last.host
     assert last.reason.startswith("unhandled builtins.RuntimeError")
     assert "hunter2" not in last.reason
@@ -248,19 +252,11 @@ def test_a_slot_whose_body_left_a_failed_statement_is_still_recorded_failed(ctx,
     # On PostgreSQL a statement that failed aborts its transaction: the slot's record went
     # on it, failed too, and the slot showed "running" for good (as after a deploy's
     # SIGTERM cut a body's COMMIT short).
-    name = "taskrunner.relay_events"
-
     def broken() -> int:
         ledger.session.execute(text("SELECT * FROM no_such_table"))
         return 0
 
-    monkeypatch.setattr("taskrunner.delivery.relay", broken)
-    huey, task_class = periodic_task(ctx, name)
-    try:
-        huey.execute(task_class(kwargs={"slots": [T0.isoformat()]}))
-    except DBAPIError:
-        pass
-    last = schedules.schedule(name, now=T0).last_slot
+    last = relay_slot_with(ctx, monkeypatch, broken)
     assert last.state == "failed"
     assert last.reason.startswith("unhandled sqlalchemy.exc.")
 
