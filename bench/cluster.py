@@ -63,6 +63,7 @@ CRASH_MARKERS = ("died!", "died, restarting", "Error in consumer")
 LATE = "completed under a superseded dispatch token"
 LATE_UNIT = re.compile(r"Unit (\S+) of run (\S+) completed under a superseded dispatch token")
 HANDED_BACK = re.compile(r"Unit (\d+) handed back on shutdown as a new job")
+SLOT_HANDED_BACK = re.compile(r"Periodic \S+, slot \S+: handed back on shutdown")
 ACCESS_STATUS = re.compile(r'" (\d{3}) ')
 UNIT_DONE = re.compile(r"run_unit: .* executed in")
 UNIT_JOB = re.compile(r"run_unit: (\S+)")
@@ -309,7 +310,6 @@ class ClusterScenario:
         self.batch = ""
         self.overlap_marks: dict[int, int] = {}
         self.kill_time: datetime | None = None
-        self.deploys: list[datetime] = []  # each SIGTERM to c3
         self.cuts: list[tuple[datetime, datetime]] = []  # c2's cuts, link down to link up
         self.killed_at = 0.0
         # Kept apart: each retry allows its own units a different extra effect.
@@ -470,16 +470,17 @@ class ClusterScenario:
             c3 = cluster.live(cluster.consumers["c3"])
             self._wait(lambda entry=c3: self._units_in_flight(entry), 60, "c3 to run a unit")
             self.timeline.mark("deploy: SIGTERM to c3's consumers, a unit job in flight")
-            self.deploys.append(utcnow())
             code = cluster.terminate(c3)
             report.deploys += 1
             log = c3.log_text()
             handed = [int(unit_id) for unit_id in HANDED_BACK.findall(log)]
             self.handed_back_ids += handed
             report.handed_back += len(handed)
+            slots = len(SLOT_HANDED_BACK.findall(log))
             self.timeline.mark(
                 f"c3 stopped (exit {code}): {log.count('Received exit signal')} jobs "
-                f"interrupted, {len(handed)} units handed back (the others had settled)"
+                f"interrupted, {len(handed)} units handed back (the others had settled), "
+                f"{slots} periodic slots handed back"
             )
             last = bool(handed) or attempt == attempts
             if last:
@@ -824,11 +825,10 @@ class ClusterScenario:
         The design lets a slot go only where a ``default`` consumer lost a job it held:
         one its worker had taken from the queue and not run (Huey is at most once), or
         whose slot it had claimed and not finished (a claimed slot is not run again). That
-        is the SIGKILL of c1 (slots due within the two periods before it), c2's cuts
-        (slots due from two periods before the cut to one after the link came back) and
-        c3's deploys (a body its SIGTERM interrupted: slots due within the two periods
-        before it); at most one slot per worker of the consumer. The next slot's sweep
-        catches up.
+        is the SIGKILL of c1 (slots due within the two periods before it) and c2's cuts
+        (slots due from two periods before the cut to one after the link came back); at
+        most one slot per worker of the lost consumer. The next slot's sweep catches up.
+        c3's deploys are no such fault: a body its SIGTERM interrupts is handed back.
         """
         from tasks.routing import routes
 
@@ -851,10 +851,6 @@ class ClusterScenario:
         }
         faults = [(f"c2's cut {i}", cut - 2 * period, heal + period)
                   for i, (cut, heal) in enumerate(self.cuts, 1)]  # fmt: skip
-        # A SIGTERM interrupts the periodic body a c3 worker runs: that slot is recorded
-        # failed, not run again (units are handed back; slots are not, docs/deploy.md).
-        faults += [(f"c3's deploy {i}", at - 2 * period, at)
-                   for i, at in enumerate(self.deploys, 1)]  # fmt: skip
         if self.kill_time is not None:
             faults.insert(0, ("c1's SIGKILL", self.kill_time - 2 * period, self.kill_time))
         lost: dict[str, list[str]] = {}

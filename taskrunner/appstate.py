@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Flask
 
-from taskrunner import events, redaction, registry, schedules, tenant_scope
+from taskrunner import events, redaction, registry, slot_keeper, tenant_scope
 
 
 def init_app(app: Flask) -> None:
@@ -19,4 +19,4 @@ def init_app(app: Flask) -> None:
     events.init_app(app)
     tenant_scope.init_app(app)
     redaction.init_app(app)
-    schedules.init_app(app)
+    slot_keeper.init_app(app)

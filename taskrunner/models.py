@@ -252,7 +252,7 @@ class ScheduleSlot(db.Model):
     claimed_by: Mapped[str] = mapped_column(String(191))
     enqueued_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    # None while it runs; "ok", "raised", "missed" or "paused".
+    # None while it runs; "ok", "raised", "missed", "paused", or "handed_back" (queued again).
     outcome: Mapped[str | None] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     run_uuid: Mapped[str | None] = mapped_column(String(36))

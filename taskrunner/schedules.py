@@ -34,10 +34,9 @@ from sqlalchemy import Row
 
 from database import utcnow
 from taskrunner.ledger import ledger
+from taskrunner.ledger.schedules import HANDED_BACK
 from taskrunner.models import ScheduleState
-from taskrunner.redaction import redact
 from taskrunner.types import RunStatus
-from tasks import slots as slot_wiring
 from tasks.routing import PeriodicSpec, routes
 from tasks.schedules import Schedule, slots_between
 
@@ -114,7 +113,7 @@ def _grace(spec: PeriodicSpec, config: Mapping[str, Any]) -> timedelta:
 
 
 def _recorded(row: Row, runs: Mapping[str, str], grace: timedelta) -> SlotView:
-    if row.outcome is None:
+    if row.outcome in (None, HANDED_BACK):  # handed back: queued again, still owed
         state = "late" if row.claimed_at - row.slot > grace else "running"
     elif row.outcome == "ok" and row.run_uuid:
         state = (
@@ -207,7 +206,7 @@ def _views(
         states = ledger.schedules.states()
         recent = ledger.schedules.recent(wanted, limit)
         missed = ledger.schedules.missed_since(wanted, now - BADGE_WINDOW)
-        runs = ledger.schedules.run_statuses(
+        runs = ledger.runs.statuses(
             row.run_uuid for rows in recent.values() for row in rows if row.run_uuid
         )
         return [
@@ -305,36 +304,3 @@ def settle_gap(name: str, slot: datetime, now: datetime | None = None) -> int:
     finally:
         ledger.session.rollback()
     return ledger.schedules.mark_missed(name, missing, now=now)
-
-
-# -- the wiring's slot keeper ---------------------------------------------------------
-
-
-class LedgerSlotKeeper:
-    """The slot keeper the Huey wiring claims through (``tasks.slots.SlotKeeper``)."""
-
-    def paused(self, name: str, slot: datetime, host: str) -> bool:
-        return ledger.schedules.skip_paused(name, slot, host)
-
-    def claim(
-        self, name: str, slot: datetime, host: str, enqueued_at: datetime | None, initiator: str
-    ) -> bool:
-        return ledger.schedules.claim(name, slot, host, enqueued_at, initiator)
-
-    def finished(
-        self, name: str, slot: datetime, error: BaseException | None, run_uuid: str | None
-    ) -> None:
-        if error is not None:
-            # The slot's outcome goes on a transaction of its own: not on the one the body
-            # left (a statement that failed, or a COMMIT a stop signal cut short).
-            try:
-                ledger.session.rollback()
-            except Exception:
-                ledger.session.close()  # a connection beyond a rollback: the pool drops it
-        reason = redact(error) if error is not None else None
-        settle_gap(name, slot)
-        ledger.schedules.finish(name, slot, reason, run_uuid)
-
-
-def init_app(app: Any) -> None:
-    slot_wiring.bind(app, LedgerSlotKeeper())

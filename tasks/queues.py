@@ -39,6 +39,7 @@ from tasks.huey_internals import (
     use_one_queue_connection,
     watch_stop_signal,
 )
+from tasks.interrupts import consumer_stop, raise_if_stopping
 from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
 from tasks.schedules import DueSlots, tick_seconds
 from tasks.slots import keeper, worker_identity
@@ -215,10 +216,11 @@ class Queues:
 
     def enqueue_slot(self, name: str, slot: datetime, initiator: str) -> None:
         """Enqueue periodic task ``name`` for one slot now, as its scheduler would."""
+        self._enqueue(name, [slot.isoformat()], slot.isoformat(), initiator)
+
+    def _enqueue(self, name: str, slots: list[str], enqueued: str, initiator: str) -> None:
         self.huey(PERIODIC_QUEUE)
-        self._tasks[(PERIODIC_QUEUE, name)](
-            slots=[slot.isoformat()], enqueued=slot.isoformat(), initiator=initiator
-        )
+        self._tasks[(PERIODIC_QUEUE, name)](slots=slots, enqueued=enqueued, initiator=initiator)
 
     def _once_per_slot(self, pspec: PeriodicSpec) -> Any:
         app = self.app
@@ -237,7 +239,7 @@ class Queues:
                     pspec.fn()
                 slot_keeper, host = keeper(app), worker_identity()
                 queued_at = datetime.fromisoformat(enqueued) if enqueued else None
-                for one in owed:
+                for index, one in enumerate(owed):
                     at = datetime.fromisoformat(one)
                     # An operator's "run now" is asked for by hand: a pause does not hold it.
                     if initiator == "schedule" and slot_keeper.paused(pspec.name, at, host):
@@ -250,7 +252,20 @@ class Queues:
                     try:
                         result = pspec.fn(initiator=initiator) if pspec.starts else pspec.fn()
                     except BaseException as exc:
-                        slot_keeper.finished(pspec.name, at, exc, None)
+                        if consumer_stop(exc) is None:
+                            slot_keeper.finished(pspec.name, at, exc, None)
+                            raise
+                        # A deploy's stop: the slot runs again elsewhere, with those after it.
+                        again = slot_keeper.handed_back(pspec.name, at)
+                        if rest := owed[index if again else index + 1 :]:
+                            self._enqueue(pspec.name, rest, enqueued or one, initiator)
+                        logger.warning(
+                            "Periodic %s, slot %s: %s on shutdown",
+                            pspec.name,
+                            one,
+                            "handed back" if again else "stopped after its run was recorded",
+                        )
+                        raise_if_stopping(exc)  # to Huey as the stop, whatever carried it
                         raise
                     slot_keeper.finished(pspec.name, at, None, getattr(result, "uuid", None))
                     # After the body: a claim alone does not prove a run.

@@ -5,9 +5,11 @@ the runner's ledger inserts the row (task name, slot) and its primary key lets o
 insert through, so every other consumer that enqueued the same slot finds it taken
 and skips. Two hosts with periodic tasks on (a standby started before the old host
 is gone, a host that came back) therefore never sweep twice. The claim is in the
-ledger's database, so it holds on every queue driver. A slot whose run crashed after
-its claim is not run again: the next slot catches up (every periodic task is a
-catch-up sweep).
+ledger's database, so it holds on every queue driver. A consumer stopping mid-body (a
+deploy's SIGTERM) hands the slot back: the keeper makes it claimable again and the
+job is enqueued anew for it and the slots it still owed. A slot whose body crashed
+(its host killed) is not run again: the next slot catches up (every periodic task is
+a catch-up sweep).
 
 The wiring knows the keeper by this protocol only (it imports nothing of the runner);
 the runner binds its own when the app is made. The keeper also says whether a
@@ -40,6 +42,10 @@ class SlotKeeper(Protocol):
         self, name: str, slot: datetime, error: BaseException | None, run_uuid: str | None
     ) -> None:
         """Record how the slot's body ended (``error``: what it raised)."""
+
+    def handed_back(self, name: str, slot: datetime) -> bool:
+        """The consumer stopped the slot's body: True when the slot may be claimed again
+        (the caller enqueues it anew); False when it is finished (its run was recorded)."""
 
 
 def worker_identity() -> str:

@@ -9,6 +9,7 @@ never after an internal id.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -274,6 +275,16 @@ class RunReads:
         if run is not None:
             stmt = stmt.where(OutboxEvent.task_run_id == run.id)
         return self.session.execute(stmt).scalar_one()
+
+    def statuses(self, uuids: Iterable[str]) -> dict[str, str]:
+        """The status of each run of ``uuids`` that exists."""
+        wanted = sorted(set(uuids))
+        if not wanted:
+            return {}
+        rows = self.session.execute(
+            select(TaskRun.uuid, TaskRun.status).where(TaskRun.uuid.in_(wanted))
+        )
+        return {row.uuid: row.status for row in rows}
 
     def unit_in_flight(self, type_: str, unit_key: str) -> bool:
         """Whether a unit with this key is pending or running in a running run of ``type_``."""

@@ -6,6 +6,10 @@ and finished by the body's end. A slot nobody claimed within its grace is writte
 ``tasks.schedule.missed`` event; the next slot that runs closes it with
 ``tasks.schedule.recovered``. Both happen in the transaction that writes the rows, so
 a second watcher or a second host sees the episode already open (or closed).
+
+A body stopped by its consumer's shutdown gives its claim back (``handed_back``) for the
+slot's job enqueued anew, unless the run it started is already recorded: a run started
+within a claimed slot's body is linked to the slot in the run's own transaction.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
 from taskrunner.ledger.writes import Writes, lock_row
-from taskrunner.models import OperatorAction, ScheduleSlot, ScheduleState, TaskRun
+from taskrunner.models import OperatorAction, ScheduleSlot, ScheduleState
 
 SCHEDULE_ACTIONS = ("schedule-pause", "schedule-resume", "schedule-run-now")
 MISSED = "missed"
 PAUSED = "paused"
+HANDED_BACK = "handed_back"
 SLOT_COLUMNS = (
     ScheduleSlot.name,
     ScheduleSlot.slot,
@@ -78,7 +83,8 @@ class ScheduleSlots:
         """True for the one caller that may run ``name`` for ``slot``; False for every other.
 
         A slot the watch wrote missed is still claimed by its late job (one claim through,
-        as for any slot): a queue running behind its graces must not stop a schedule.
+        as for any slot): a queue running behind its graces must not stop a schedule; so
+        is a slot handed back, by its job enqueued anew.
         """
         now = now or utcnow()
         table = ScheduleSlot.__table__
@@ -93,8 +99,8 @@ class ScheduleSlots:
             .values(name=name, slot=slot, **claimed)
             .on_conflict_do_update(
                 index_elements=["name", "slot"],
-                set_={**claimed, "outcome": None, "finished_at": None},
-                where=table.c.outcome == MISSED,
+                set_={**claimed, "outcome": None, "finished_at": None, "reason": None},
+                where=table.c.outcome.in_((MISSED, HANDED_BACK)),
             )
             .returning(table.c.name)
         )
@@ -105,23 +111,22 @@ class ScheduleSlots:
     def skip_paused(
         self, name: str, slot: datetime, host: str, now: datetime | None = None
     ) -> bool:
-        """True when ``name`` is paused; its slot is then recorded ``paused`` (once)."""
+        """True when ``name`` is paused; its slot is then recorded ``paused`` (once), a
+        slot handed back too (paused before its job came again)."""
         now = now or utcnow()
+        paused = {"claimed_at": now, "claimed_by": host, "finished_at": now, "outcome": PAUSED}
         with write_transaction(self.session):
             state = self.session.get(ScheduleState, name)
             if state is None or state.paused_at is None:
                 return False
             self.session.execute(
                 self._insert(ScheduleSlot)
-                .values(
-                    name=name,
-                    slot=slot,
-                    claimed_at=now,
-                    claimed_by=host,
-                    finished_at=now,
-                    outcome=PAUSED,
+                .values(name=name, slot=slot, **paused)
+                .on_conflict_do_update(
+                    index_elements=["name", "slot"],
+                    set_={**paused, "reason": None},
+                    where=ScheduleSlot.__table__.c.outcome == HANDED_BACK,
                 )
-                .on_conflict_do_nothing(index_elements=["name", "slot"])
             )
         return True
 
@@ -152,6 +157,22 @@ class ScheduleSlots:
                 event = ev.ScheduleRecovered(name, state.missed_slots, iso(now) or "")
                 self.writes.emit(outbox, event, None)
                 state.missed_from, state.missed_slots = None, 0
+
+    def hand_back(self, name: str, slot: datetime, now: datetime | None = None) -> str | None:
+        """A consumer stopping mid-body gives the slot back to be claimed again, unless the
+        body's run is recorded (``slot_body``): that run's uuid then, nothing written."""
+        where = (ScheduleSlot.name == name, ScheduleSlot.slot == slot)
+        with write_transaction(self.session):
+            run_uuid = self.session.execute(select(ScheduleSlot.run_uuid).where(*where)).scalar()
+            if run_uuid is None:
+                reason = f"handed back on shutdown at {iso(now or utcnow())}; queued again"
+                self.session.execute(
+                    update(ScheduleSlot)
+                    .where(*where, ScheduleSlot.outcome.is_(None))
+                    .values(outcome=HANDED_BACK, reason=reason)
+                    .execution_options(synchronize_session=False)
+                )
+        return run_uuid
 
     def mark_missed(
         self,
@@ -324,12 +345,3 @@ class ScheduleSlots:
             .limit(limit)
         )
         return list(rows.scalars())
-
-    def run_statuses(self, uuids: Iterable[str]) -> dict[str, str]:
-        wanted = sorted(set(uuids))
-        if not wanted:
-            return {}
-        rows = self.session.execute(
-            select(TaskRun.uuid, TaskRun.status).where(TaskRun.uuid.in_(wanted))
-        )
-        return {row.uuid: row.status for row in rows}

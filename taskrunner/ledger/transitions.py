@@ -44,6 +44,7 @@ from taskrunner.ledger.records import (
     not_deleted,
     redispatched,
 )
+from taskrunner.ledger.slot_body import link_run
 from taskrunner.ledger.writes import Writes
 from taskrunner.models import TaskRun, TaskRunUnit
 from taskrunner.redaction import bounded
@@ -98,6 +99,7 @@ class Transitions:
             )
             self.session.add(run)
             self.session.flush()
+            link_run(self.session, run.uuid)
             total = self.writes.insert_units(run.id, chunks(units, chunk_size), token, now)
             run.units_total = total
             self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, total), run.id)

@@ -3,6 +3,7 @@ computed on read, with one event per missed episode (the clock seam, never a sle
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -11,10 +12,12 @@ from sqlalchemy.exc import DBAPIError
 
 import payments.statements  # noqa: F401 - declares the monthly statements
 import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
-from taskrunner import events, schedule_actions, schedules
+from database import utcnow
+from taskrunner import events, schedule_actions, schedules, slot_keeper
 from taskrunner.ledger import Actor, ledger
 from taskrunner.types import Refused
 from tasks.routing import routes
+from tests.support import huey_stop_interrupt
 
 SWEEP = "taskrunner.detect_stuck"  # every 300 s by default: grace 600 s
 T0 = datetime(2026, 3, 1, 12, 0)
@@ -109,7 +112,7 @@ def test_schedulers_all_down_for_three_slots_then_back_leave_three_missed_and_on
     back = T0 + PERIOD * 4
     # Back: the sweep's own slot is claimed, its body watches, then it ends (through the
     # keeper the wiring calls).
-    keeper = schedules.LedgerSlotKeeper()
+    keeper = slot_keeper.LedgerSlotKeeper()
     assert keeper.claim(SWEEP, back, "host-a:1", back, "schedule")
     schedules.watch(now=back + timedelta(seconds=2))
     keeper.finished(SWEEP, back, None, None)
@@ -261,6 +264,68 @@ def test_a_slot_whose_body_left_a_failed_statement_is_still_recorded_failed(ctx,
     assert last.reason.startswith("unhandled sqlalchemy.exc.")
 
 
+def test_a_slot_whose_body_a_deploy_stopped_is_handed_back_and_run_again_once(ctx, monkeypatch):
+    # A deploy's SIGTERM interrupts the body (Huey's own stop): the slot and the one the
+    # job still owed are enqueued anew, and run once each by the next worker.
+    name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
+    later = due + timedelta(seconds=5)
+    relayed: list[int] = []
+
+    def stopped() -> int:
+        raise huey_stop_interrupt()
+
+    monkeypatch.setattr("taskrunner.delivery.relay", stopped)
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [due.isoformat(), later.isoformat()]}))
+    [again] = huey.pending()
+    assert again.kwargs["slots"] == [due.isoformat(), later.isoformat()]
+    waiting = schedules.schedule(name, now=due).last_slot
+    assert waiting.state == "running" and "handed back on shutdown" in waiting.reason
+
+    monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
+    huey.execute(huey.dequeue())
+    rows = ledger.schedules.recent([name], 5)[name]
+    assert [(row.slot, row.outcome, row.reason) for row in rows] == [
+        (later, "ok", None),
+        (due, "ok", None),
+    ]
+    assert relayed == [1, 1] and huey.pending() == []
+
+
+def test_a_run_started_before_a_deploy_stopped_its_slots_body_is_not_started_again(
+    ctx, monkeypatch
+):
+    # The run is linked to its slot in the run's own transaction: a stop after that
+    # commit finishes the slot with the run instead of handing it back.
+    name, slot = "payments.monthly_statements", datetime(2026, 3, 1, 2, 0)
+    started = []
+
+    def stopped_after_its_run(initiator: str = "schedule") -> None:
+        started.append(payments.statements.start_monthly_statements("2026-02", initiator))
+        raise huey_stop_interrupt()
+
+    monkeypatch.setitem(
+        routes.periodic, name, replace(routes.periodic[name], fn=stopped_after_its_run)
+    )
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [slot.isoformat()]}))
+    [run] = started
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.outcome, row.run_uuid) == ("ok", run.uuid)
+    assert [task for task in huey.pending() if task.name == name] == []
+    assert not ledger.schedules.claim(name, slot, "host-b:2")
+
+
+def test_a_slot_handed_back_then_paused_is_paused_when_its_job_comes_again(ctx):
+    keeper = slot_keeper.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, T0, "host-a:1", T0, "schedule")
+    assert keeper.handed_back(SWEEP, T0) is True
+    schedule_actions.pause(SWEEP, Actor("ops@example.com", "cli"))
+    assert keeper.paused(SWEEP, T0, "host-b:2")
+    [row] = ledger.schedules.recent([SWEEP], 5)[SWEEP]
+    assert (row.outcome, row.reason, row.claimed_by) == ("paused", None, "host-b:2")
+
+
 def test_a_slot_written_missed_is_still_run_by_its_late_job_once(ctx, heard):
     ran(SWEEP, T0)
     late = T0 + PERIOD
@@ -284,7 +349,7 @@ def test_an_operators_run_now_settles_no_scheduled_slot_as_missed(ctx, heard):
     schedules.watch(now=T0 + timedelta(seconds=1))
     due = T0 + PERIOD  # its job still waits in the queue
     by_hand = due + timedelta(seconds=5)
-    keeper = schedules.LedgerSlotKeeper()
+    keeper = slot_keeper.LedgerSlotKeeper()
     assert keeper.claim(SWEEP, by_hand, "host-a:1", by_hand, "operator:ops@example.com")
     keeper.finished(SWEEP, by_hand, None, None)
     schedules.watch(now=by_hand + timedelta(seconds=1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from datetime import datetime, timedelta
 
@@ -89,6 +90,47 @@ def test_two_consumers_with_periodic_tasks_run_each_slot_once(make_app, tmp_path
     assert all(row.slot.microsecond == 0 for row in claimed)
     assert sweeps, "the stuck sweep ran under the same rule"
     assert {first.returncode, second.returncode} == {0}
+
+
+@pytest.mark.workers
+def test_a_slot_whose_body_a_deploy_stops_runs_once_on_the_next_consumer(make_app, tmp_path):
+    app = make_app(**SHORT_PERIODS)
+    consumers = Consumers(app, tmp_path)
+    extra = {"TASKLEDGER_EXTRA_MODULES": "tests.periodic_probe"}
+    first = consumers.start("default", workers=1, periodic=True, PERIODIC_PROBE_HOLD="120", **extra)
+    try:
+        with app.app_context():
+            wait_for(
+                lambda: any(row.finished_at is None for row in claims(PROBE)),
+                timeout=60,
+                message="a probe's body holding",
+            )
+            [held] = [row.slot for row in claims(PROBE) if row.finished_at is None]
+            first.send_signal(signal.SIGTERM)  # a deploy stopping the consumer
+            first.wait(timeout=30)
+            [stopped] = [row for row in claims(PROBE) if row.slot == held]
+            second = consumers.start("default", workers=2, **extra)  # no scheduler of its own
+            wait_for(
+                lambda: [row.outcome for row in claims(PROBE) if row.slot == held] == ["ok"],
+                timeout=60,
+                message="the held slot run again",
+            )
+            wait_for(lambda: "ran" in consumers.log_of(second), timeout=30, message="a slot ran")
+            claimed = claims(PROBE)
+            runs = effect_summary("periodic-probe")["rows"]
+    finally:
+        consumers.stop_all()
+
+    assert first.returncode == 0
+    assert (stopped.outcome, stopped.finished_at) == ("handed_back", None)
+    assert f"Periodic {PROBE}, slot {held.isoformat()}: handed back on shutdown" in (
+        consumers.log_of(first)
+    )
+    [again] = [row for row in claimed if row.slot == held]
+    assert again.claimed_by != stopped.claimed_by  # the next consumer's worker ran it
+    # Nothing was lost to the stop: every slot the first scheduler claimed ended, once.
+    assert all(row.outcome == "ok" for row in claimed if row.finished_at is not None)
+    assert runs == sum(row.outcome == "ok" for row in claimed)
 
 
 @pytest.mark.workers
