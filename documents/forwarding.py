@@ -51,9 +51,7 @@ def forward(document_uuid: str) -> None:
     retry_backoff=2,
 )
 def forward_to_provider(document_uuid: str) -> None:
-    document = _find(document_uuid)
-    if document is None:
-        raise DocumentNotFound(f"document {document_uuid} does not exist")
+    document = _found(document_uuid)
     if document.status == FORWARDED:
         return  # an overlapping dispatch got there first: the provider has it
     title, body = document.title, document.body
@@ -66,16 +64,21 @@ def forward_to_provider(document_uuid: str) -> None:
         reference = client.submit(document_uuid, title, body)
     except ProviderRejected:
         with write_transaction(db.session):
-            _find(document_uuid).status = REJECTED
+            _found(document_uuid, "was deleted while the provider refused it").status = REJECTED
         raise
     with write_transaction(db.session):
-        document = _find(document_uuid)
+        document = _found(
+            document_uuid, f"was deleted while the provider took it (its reference: {reference})"
+        )
         document.status = FORWARDED
         document.provider_reference = reference
         document.forwarded_at = utcnow()
 
 
-def _find(document_uuid: str) -> Document | None:
-    return db.session.execute(
+def _found(document_uuid: str, gone: str = "does not exist") -> Document:
+    document = db.session.execute(
         select(Document).where(Document.uuid == document_uuid)
     ).scalar_one_or_none()
+    if document is None:
+        raise DocumentNotFound(f"document {document_uuid} {gone}")
+    return document

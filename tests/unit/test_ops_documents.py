@@ -12,7 +12,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import create_engine, select, update
+from sqlalchemy import create_engine, delete, select, update
 
 from database import utcnow
 from documents.forwarding import FORWARD, create_document, forward
@@ -82,9 +82,10 @@ def delay_was(retry_in: tuple[float, float] | None, seconds: float) -> bool:
     return retry_in is not None and retry_in[0] <= seconds <= retry_in[1]
 
 
-def runs_of(document: Document):
+def runs_of(document: Document | str):
+    uuid = document if isinstance(document, str) else document.uuid
     db.session.rollback()
-    return ledger.single_jobs.single_runs(FORWARD, f"document-{document.uuid}")
+    return ledger.single_jobs.single_runs(FORWARD, f"document-{uuid}")
 
 
 def the_unit(run) -> dict:
@@ -155,6 +156,41 @@ def test_a_write_committed_while_the_provider_answers_leaves_the_attempt_whole(m
         assert (run.status, the_unit(run)["attempts"]) == ("completed", 1)
         db.session.refresh(document)
         assert (document.status, document.provider_reference) == ("forwarded", "R-9")
+        assert len(provider.requests) == 1
+
+
+def test_a_document_deleted_while_the_provider_answers_fails_its_unit_with_the_reference(
+    make_app, provider
+):
+    # The provider took the document; the row was gone when the answer came: a permanent
+    # failure that says so and keeps the provider's reference (never an AttributeError,
+    # never a retry that sends it again).
+    app = make_app(DOCUMENTS_PROVIDER_URL=provider.url, DOCUMENTS_PROVIDER_TOKEN=TOKEN)
+    provider.script = [(200, {"reference": "R-7"}, 1.0)]
+    with app.app_context():
+        document = create_document(tenant_id=2, title="Contract")
+        uuid = document.uuid
+        forward(uuid)
+        writer = create_engine(db.engine.url.render_as_string(hide_password=False))
+
+        def delete_while_it_answers() -> None:
+            wait_for(lambda: provider.requests, timeout=30, message="the provider asked")
+            with writer.begin() as conn:
+                conn.execute(delete(Document).where(Document.uuid == uuid))
+
+        meanwhile = threading.Thread(target=delete_while_it_answers)
+        meanwhile.start()
+        step()
+        meanwhile.join()
+        writer.dispose()
+
+        assert step() is None  # no retry was scheduled
+        [run] = runs_of(uuid)
+        unit = the_unit(run)
+        assert (run.status, unit["attempts"]) == ("failed", 1)
+        assert unit["last_error"] == (
+            f"document {uuid} was deleted while the provider took it (its reference: R-7)"
+        )
         assert len(provider.requests) == 1
 
 
