@@ -48,7 +48,9 @@ def test_a_paused_types_units_stay_pending_without_a_try_and_continue_on_resume(
     assert {u.status for u in units.values()} == {"completed"}
     assert {u.attempts for u in units.values()} == {1}
     assert ledger.runs.get_run(handle.uuid).status == "completed"
-    actions = db.session.execute(select(OperatorAction.action, OperatorAction.detail)).all()
+    actions = db.session.execute(
+        select(OperatorAction.action, OperatorAction.detail).order_by(OperatorAction.id)
+    ).all()
     assert [(a, d.get("type")) for a, d in actions] == [
         ("pause", controlled.type()),
         ("resume", controlled.type()),

@@ -92,7 +92,9 @@ def test_pause_and_resume_from_the_queues_page_are_confirmed_and_recorded(app, p
     with app.app_context():
         assert not ledger.actions.is_paused(controlled.type())
         actions = db.session.execute(
-            select(OperatorAction.action, OperatorAction.actor, OperatorAction.address)
+            select(OperatorAction.action, OperatorAction.actor, OperatorAction.address).order_by(
+                OperatorAction.id
+            )
         ).all()
     assert [tuple(a) for a in actions] == [
         ("pause", "manager@example.com", ADDRESS),

@@ -91,7 +91,9 @@ def test_pause_and_resume_go_through_a_confirmation_and_are_recorded(app, people
     assert f"{SWEEP} resumed." in resumed.text
     with app.app_context():
         actions = db.session.execute(
-            select(OperatorAction.action, OperatorAction.actor, OperatorAction.source)
+            select(OperatorAction.action, OperatorAction.actor, OperatorAction.source).order_by(
+                OperatorAction.id
+            )
         ).all()
     assert [tuple(a) for a in actions] == [
         ("schedule-pause", "manager@example.com", "web"),
@@ -175,7 +177,9 @@ def test_the_cli_lists_shows_and_acts_and_refuses_an_unknown_name(app):
         assert result.exit_code == 1
         assert result.stderr == "error: no schedule named 'no.such'\n"
     with app.app_context():
-        actions = db.session.execute(select(OperatorAction.action, OperatorAction.source)).all()
+        actions = db.session.execute(
+            select(OperatorAction.action, OperatorAction.source).order_by(OperatorAction.id)
+        ).all()
     assert [tuple(a) for a in actions] == [
         ("schedule-pause", "cli"),
         ("schedule-resume", "cli"),
