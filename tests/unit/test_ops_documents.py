@@ -127,6 +127,23 @@ def test_a_transient_503_is_retried_with_backoff_and_succeeds_on_the_third_attem
     assert ledger.runs.count_events("tasks.unit.failed", run) == 0
 
 
+def step_while_the_provider_answers(provider: StubProvider, statement) -> None:
+    """One attempt, while another connection commits ``statement`` once the provider was
+    asked (and before it answers)."""
+    writer = create_engine(db.engine.url.render_as_string(hide_password=False))
+
+    def meanwhile() -> None:
+        wait_for(lambda: provider.requests, timeout=30, message="the provider asked")
+        with writer.begin() as conn:
+            conn.execute(statement)
+
+    other = threading.Thread(target=meanwhile)
+    other.start()
+    step()
+    other.join()
+    writer.dispose()
+
+
 def test_a_write_committed_while_the_provider_answers_leaves_the_attempt_whole(make_app, provider):
     # Another connection commits while the provider takes its time (a heartbeat does, every
     # second). A read transaction held across the call could not become the write after it
@@ -138,18 +155,9 @@ def test_a_write_committed_while_the_provider_answers_leaves_the_attempt_whole(m
         document = create_document(tenant_id=2, title="Contract")
         other = create_document(tenant_id=2, title="Other").id
         forward(document.uuid)
-        writer = create_engine(db.engine.url.render_as_string(hide_password=False))
-
-        def write_while_it_answers() -> None:
-            wait_for(lambda: provider.requests, timeout=30, message="the provider asked")
-            with writer.begin() as conn:
-                conn.execute(update(Document).where(Document.id == other).values(body="x"))
-
-        meanwhile = threading.Thread(target=write_while_it_answers)
-        meanwhile.start()
-        step()
-        meanwhile.join()
-        writer.dispose()
+        step_while_the_provider_answers(
+            provider, update(Document).where(Document.id == other).values(body="x")
+        )
 
         assert step() is None  # no retry was scheduled
         [run] = runs_of(document)
@@ -171,18 +179,7 @@ def test_a_document_deleted_while_the_provider_answers_fails_its_unit_with_the_r
         document = create_document(tenant_id=2, title="Contract")
         uuid = document.uuid
         forward(uuid)
-        writer = create_engine(db.engine.url.render_as_string(hide_password=False))
-
-        def delete_while_it_answers() -> None:
-            wait_for(lambda: provider.requests, timeout=30, message="the provider asked")
-            with writer.begin() as conn:
-                conn.execute(delete(Document).where(Document.uuid == uuid))
-
-        meanwhile = threading.Thread(target=delete_while_it_answers)
-        meanwhile.start()
-        step()
-        meanwhile.join()
-        writer.dispose()
+        step_while_the_provider_answers(provider, delete(Document).where(Document.uuid == uuid))
 
         assert step() is None  # no retry was scheduled
         [run] = runs_of(uuid)
