@@ -16,6 +16,7 @@ from taskrunner.ledger import ledger
 from taskrunner.ledger.slot_body import SLOT_BODY
 from taskrunner.redaction import redact
 from tasks import slots as slot_wiring
+from tasks.routing import routes
 
 
 class LedgerSlotKeeper:
@@ -28,7 +29,10 @@ class LedgerSlotKeeper:
         self, name: str, slot: datetime, host: str, enqueued_at: datetime | None, initiator: str
     ) -> bool:
         claimed = ledger.schedules.claim(name, slot, host, enqueued_at, initiator)
-        SLOT_BODY.set((name, slot) if claimed else None)
+        # Only a body declared to start a run links one (a sweep's event subscribers may
+        # start runs of their own).
+        starts = getattr(routes.periodic.get(name), "starts", None)
+        SLOT_BODY.set((name, slot) if claimed and starts else None)
         return claimed
 
     def finished(

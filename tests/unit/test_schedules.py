@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 import payments.statements  # noqa: F401 - declares the monthly statements
 import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
 from database import utcnow
-from taskrunner import events, schedule_actions, schedules, slot_keeper
+from taskrunner import events, runner, schedule_actions, schedules, slot_keeper
 from taskrunner.ledger import Actor, ledger
 from taskrunner.types import Refused
 from tasks.routing import routes
@@ -197,8 +197,6 @@ def test_a_slot_that_started_a_run_follows_the_run(inline_ctx):
 
 
 def test_slot_rows_are_pruned_with_the_retention_like_runs(ctx):
-    from taskrunner import runner
-
     old, recent = T0 - timedelta(days=400), datetime.now().replace(microsecond=0)
     ran(SWEEP, old)
     ran(SWEEP, recent)
@@ -314,6 +312,26 @@ def test_a_run_started_before_a_deploy_stopped_its_slots_body_is_not_started_aga
     assert (row.outcome, row.run_uuid) == ("ok", run.uuid)
     assert [task for task in huey.pending() if task.name == name] == []
     assert not ledger.schedules.claim(name, slot, "host-b:2")
+
+
+def test_a_run_started_within_a_sweeps_body_does_not_keep_its_slot_from_a_hand_back(
+    ctx, monkeypatch
+):
+    # A sweep declares no run of its own (an event subscriber it calls may start one).
+    name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
+
+    def stopped_after_a_subscriber_started_a_run() -> int:
+        runner.start("diagnostics.probe", {"units": 1}, "schedule")
+        raise huey_stop_interrupt()
+
+    monkeypatch.setattr("taskrunner.delivery.relay", stopped_after_a_subscriber_started_a_run)
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [due.isoformat()]}))
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.outcome, row.run_uuid) == ("handed_back", None)
+    assert [task.kwargs["slots"] for task in huey.pending() if task.name == name] == [
+        [due.isoformat()]
+    ]
 
 
 def test_a_slot_handed_back_then_paused_is_paused_when_its_job_comes_again(ctx):

@@ -109,13 +109,12 @@ def test_a_slot_whose_body_a_deploy_stops_runs_once_on_the_next_consumer(make_ap
             first.send_signal(signal.SIGTERM)  # a deploy stopping the consumer
             first.wait(timeout=30)
             [stopped] = [row for row in claims(PROBE) if row.slot == held]
-            second = consumers.start("default", workers=2, **extra)  # no scheduler of its own
+            consumers.start("default", workers=2, **extra)  # no scheduler of its own
             wait_for(
                 lambda: [row.outcome for row in claims(PROBE) if row.slot == held] == ["ok"],
                 timeout=60,
                 message="the held slot run again",
             )
-            wait_for(lambda: "ran" in consumers.log_of(second), timeout=30, message="a slot ran")
             claimed = claims(PROBE)
             runs = effect_summary("periodic-probe")["rows"]
     finally:
