@@ -8,8 +8,8 @@ and finished by the body's end. A slot nobody claimed within its grace is writte
 a second watcher or a second host sees the episode already open (or closed).
 
 A body stopped by its consumer's shutdown gives its claim back (``handed_back``) for the
-slot's job enqueued anew, unless the run it started is already recorded: a run started
-within a claimed slot's body is linked to the slot in the run's own transaction.
+slot's job enqueued anew, unless the run it started is already recorded: the run a body
+declared to start one starts is linked to the slot in the run's own transaction.
 """
 
 from __future__ import annotations

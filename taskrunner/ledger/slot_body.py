@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from taskrunner.models import ScheduleSlot
 
-# The claimed slot whose body runs in this context: (schedule name, slot).
+# The claimed slot whose body runs in this context, when the body is declared to start a
+# run (``@periodic(starts=...)``): (schedule name, slot).
 SLOT_BODY: ContextVar[tuple[str, datetime] | None] = ContextVar("slot_body", default=None)
 
 
