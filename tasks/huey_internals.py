@@ -32,7 +32,10 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
   ``blocking``, ``read_timeout`` and ``channel``, and connects with ``dsn`` and
   ``connection_params``;
 - ``WatchedSqliteStorage``: ``SqliteStorage`` reaches its connection through ``conn``
-  (``_conn``, ``_create_connection``, ``ddl``, ``filename``).
+  (``_conn``, ``_create_connection``, ``ddl``, ``filename``);
+- ``requeue_patiently``: ``Huey.execute`` puts a task to retry back through
+  ``Huey._requeue_task(task, timestamp, retry_eta)``, which spends a try, takes the next
+  delay and writes the task with ``add_schedule`` (a delay or an eta) or ``enqueue``.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
+from types import MethodType
 from typing import Any, Protocol
 
 import psycopg
@@ -216,6 +220,48 @@ class Watcher(Protocol):
     def stop(self) -> None: ...
 
 
+# The stop flag of the worker executing a task in this thread (``PatientWorker``).
+_executing = threading.local()
+
+
+def requeue_patiently(huey: Huey) -> None:
+    """A task to retry is put back into ``huey``'s queue through an outage of its server.
+
+    A unit's gate that cannot reach the database raises ``RetryTask``; on the PostgreSQL
+    queue the write that puts the job back meets the same outage, and Huey dropped the
+    job (the unit stayed pending with nothing queued for it). The write is tried again
+    after each pause of the process's episode, until it goes through or the worker stops.
+    """
+    huey._requeue_task = MethodType(_requeue_patiently, huey)  # type: ignore[method-assign]
+
+
+def _requeue_patiently(
+    huey: Huey, task: Task, timestamp: datetime, retry_eta: datetime | None = None
+) -> None:
+    task.retries -= 1  # Huey's own steps, once; only the write is tried again
+    logging.getLogger("huey").info("Requeueing %s, %s retries", task.id, task.retries)
+    if retry_eta is None and task.retry_delay:
+        retry_eta = timestamp + timedelta(seconds=task.retry_delay)
+        if task.retry_backoff:
+            task.retry_delay *= task.retry_backoff
+    if retry_eta is not None:
+        task.eta = retry_eta
+    put = huey.add_schedule if retry_eta is not None else huey.enqueue
+    stop_flag = getattr(_executing, "stop_flag", None)
+    while True:
+        try:
+            put(task)
+        except Exception as exc:
+            outage = outages.outage_of(exc)
+            if outage is None or (stop_flag is not None and stop_flag.is_set()):
+                raise
+            pause = outages.episode.failed(outage, f"putting task {task.id} back to retry it")
+            stop_flag.wait(pause) if stop_flag is not None else time.sleep(pause)
+        else:
+            outages.episode.succeeded()
+            return
+
+
 class PatientWorker(Worker):
     """Huey's worker that backs off while the queue's server is unreachable (``outages``):
     one warning per episode instead of a traceback per attempt."""
@@ -245,6 +291,7 @@ class PatientWorker(Worker):
         self._execute(self.huey, task, now)
 
     def _execute(self, huey: Huey, task: Task, now: Any) -> None:
+        _executing.stop_flag = self.stop_flag
         try:
             huey.execute(task, now)
         except Exception as exc:

@@ -35,6 +35,7 @@ from tasks.huey_internals import (
     SlottedPeriodicTask,
     WatchedSqliteStorage,
     last_read,
+    requeue_patiently,
     serve_with,
     use_one_queue_connection,
     watch_stop_signal,
@@ -52,6 +53,13 @@ class QueueConfigError(Exception):
 
 
 def _make_huey(app: Flask, queue: str) -> Huey:
+    huey = _huey_of_driver(app, queue)
+    if not huey.immediate:
+        requeue_patiently(huey)
+    return huey
+
+
+def _huey_of_driver(app: Flask, queue: str) -> Huey:
     driver = app.config["QUEUE_DRIVER"]
     name = f"taskledger.{queue}"
     common: dict[str, Any] = {"results": False, "utc": True}

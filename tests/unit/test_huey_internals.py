@@ -561,3 +561,64 @@ def test_a_patient_worker_waits_out_an_outage_of_its_queue_without_a_traceback(m
     assert waits == [0.5, 1.0, 2.0]
     assert [r.name for r in caplog.records] == ["tasks.outages"]
     assert not any(r.exc_info for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("retry_delay", "retry_backoff", "retry_eta"),
+    [(0, None, None), (5, 2, None), (5, None, None), (0, None, datetime(2030, 1, 1))],
+)
+def test_a_patient_requeue_does_what_hueys_own_requeue_does(retry_delay, retry_backoff, retry_eta):
+    def requeued(patient: bool) -> tuple:
+        huey = MemoryHuey(utc=True)
+        if patient:
+            internals.requeue_patiently(huey)
+
+        @huey.task(retries=2, retry_delay=retry_delay, retry_backoff=retry_backoff)
+        def flaky():
+            return None
+
+        task = flaky.s()
+        huey._requeue_task(task, datetime(2029, 1, 1, 12), retry_eta)
+        return (
+            task.retries,
+            task.retry_delay,
+            task.eta,
+            huey.pending_count(),
+            huey.scheduled_count(),
+        )
+
+    assert requeued(patient=True) == requeued(patient=False)
+
+
+def test_a_task_to_retry_is_put_back_through_an_outage_of_its_queue(tmp_path, monkeypatch):
+    # A unit's gate that cannot reach the database raises RetryTask; on the PostgreSQL
+    # queue the write that puts the job back met the same outage and Huey dropped the job.
+    import psycopg
+    from huey.exceptions import RetryTask
+
+    monkeypatch.setattr(outages, "episode", outages.Episode())
+    huey = SqliteHuey("taskledger.requeue", filename=str(tmp_path / "q.db"), utc=True)
+    internals.requeue_patiently(huey)
+    refusals = [psycopg.OperationalError("connection refused")] * 2
+    write = huey.storage.add_to_schedule
+
+    def refusing(data, timestamp):
+        if refusals:
+            raise refusals.pop()
+        return write(data, timestamp)
+
+    monkeypatch.setattr(huey.storage, "add_to_schedule", refusing)
+
+    @huey.task()
+    def gated():
+        raise RetryTask("gate unreachable", delay=3)
+
+    gated()
+    waits: list[float] = []
+    stop_flag = SimpleNamespace(wait=waits.append, is_set=lambda: False)
+    internals.PatientWorker(huey, stop_flag, 0.1, 1.0, 1.1).loop()
+
+    assert waits == [0.5, 1.0]  # the process's back-off, then the write went through
+    assert (huey.pending_count(), huey.scheduled_count()) == (0, 1)
+    [again] = huey.scheduled()
+    assert again.retries == 0  # a gate's retry spends no try

@@ -263,7 +263,7 @@ def test_lean_mode_serves_short_and_long_queues_with_hard_timeouts(ctx, tmp_path
 def test_every_queue_is_its_own_huey_in_each_driver_variant(make_app, tmp_path, driver):
     from huey import PostgresHuey, RedisHuey, SqliteHuey
 
-    from tasks.huey_internals import SharedPostgresStorage
+    from tasks.huey_internals import SharedPostgresStorage, _requeue_patiently
     from tests.conftest import BACKEND
 
     if driver == "postgres" and BACKEND != "postgres":
@@ -284,6 +284,8 @@ def test_every_queue_is_its_own_huey_in_each_driver_variant(make_app, tmp_path, 
         assert {type(huey.storage) for huey in hueys.values()} == {SharedPostgresStorage}
     # A dedicated name per queue: its consumer alone decides how its jobs run.
     assert len({huey.name for huey in hueys.values()}) == len(QUEUE_NAMES)
+    # A job to retry is put back through an outage of the queue's server.
+    assert all(huey._requeue_task.__func__ is _requeue_patiently for huey in hueys.values())
 
 
 def test_a_unit_job_carries_its_task_types_timeout_on_its_types_queue(ctx):
