@@ -33,9 +33,10 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
   ``connection_params``;
 - ``WatchedSqliteStorage``: ``SqliteStorage`` reaches its connection through ``conn``
   (``_conn``, ``_create_connection``, ``ddl``, ``filename``);
-- ``requeue_patiently``: ``Huey.execute`` puts a task to retry back through
-  ``Huey._requeue_task(task, timestamp, retry_eta)``, which spends a try, takes the next
-  delay and writes the task with ``add_schedule`` (a delay or an eta) or ``enqueue``.
+- ``patient_bookkeeping``: ``Huey.execute`` checks a task's revoke keys with
+  ``Huey.is_revoked(task, timestamp, peek)`` before it runs, and puts a task to retry back
+  through ``Huey._requeue_task(task, timestamp, retry_eta)``, which spends a try, takes the
+  next delay and writes the task with ``add_schedule`` (a delay or an eta) or ``enqueue``.
 """
 
 from __future__ import annotations
@@ -224,14 +225,22 @@ class Watcher(Protocol):
 _executing = threading.local()
 
 
-def requeue_patiently(huey: Huey) -> None:
-    """A task to retry is put back into ``huey``'s queue through an outage of its server.
-
-    A unit's gate that cannot reach the database raises ``RetryTask``; on the PostgreSQL
-    queue the write that puts the job back meets the same outage, and Huey dropped the
-    job (the unit stayed pending with nothing queued for it). The write is tried again
-    after each pause of the process's episode, until it goes through or the worker stops.
+def patient_bookkeeping(huey: Huey) -> None:
+    """Huey's own reads and writes around a job in a worker wait out an outage of the
+    queue's server: the revoke check before the job (it met the outage and Huey dropped
+    the job unrun), and the write that puts a job to retry back (a unit's gate that cannot
+    reach the database raises ``RetryTask``; on the PostgreSQL queue that write met the
+    same outage and Huey dropped the job, its unit pending with nothing queued for it).
+    Each is tried again after each pause of the process's episode, until it goes through
+    or the worker stops; outside a worker it fails at once, as before.
     """
+    is_revoked = huey.is_revoked
+
+    def patient_is_revoked(task: Any, timestamp: datetime | None = None, peek: bool = True):
+        where = f"checking task {getattr(task, 'id', task)}"  # a task, or a task's id
+        return _patiently(lambda: is_revoked(task, timestamp, peek), where)
+
+    huey.is_revoked = patient_is_revoked  # type: ignore[method-assign]
     huey._requeue_task = MethodType(_requeue_patiently, huey)  # type: ignore[method-assign]
 
 
@@ -247,19 +256,23 @@ def _requeue_patiently(
     if retry_eta is not None:
         task.eta = retry_eta
     put = huey.add_schedule if retry_eta is not None else huey.enqueue
+    _patiently(lambda: put(task), f"putting task {task.id} back to retry it")
+
+
+def _patiently(attempt: Callable[[], Any], where: str) -> Any:
     stop_flag = getattr(_executing, "stop_flag", None)
     while True:
         try:
-            put(task)
+            value = attempt()
         except Exception as exc:
             outage = outages.outage_of(exc)
-            if outage is None or (stop_flag is not None and stop_flag.is_set()):
+            if outage is None or stop_flag is None or stop_flag.is_set():
                 raise
-            pause = outages.episode.failed(outage, f"putting task {task.id} back to retry it")
-            stop_flag.wait(pause) if stop_flag is not None else time.sleep(pause)
+            stop_flag.wait(outages.episode.failed(outage, where))
         else:
-            outages.episode.succeeded()
-            return
+            if stop_flag is not None:
+                outages.episode.succeeded()
+            return value
 
 
 class PatientWorker(Worker):
@@ -295,13 +308,16 @@ class PatientWorker(Worker):
         try:
             huey.execute(task, now)
         except Exception as exc:
-            # The job ran (its outcome is the ledger's); what failed is Huey's bookkeeping
-            # around it in the queue's storage (its revoke key, a retry's schedule).
+            # What failed is Huey's bookkeeping around the job in the queue's storage (its
+            # revoke check and a retry's write wait out an outage, ``patient_bookkeeping``,
+            # unless the worker is stopping).
             outage = outages.outage_of(exc)
             if outage is None:
                 self._logger.exception("Unhandled error during execution of task %s.", task.id)
                 return
             self.stop_flag.wait(outages.episode.failed(outage, f"after task {task.id}"))
+        finally:
+            _executing.stop_flag = None
 
 
 class ObservedConsumer(Consumer):

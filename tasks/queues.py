@@ -35,7 +35,7 @@ from tasks.huey_internals import (
     SlottedPeriodicTask,
     WatchedSqliteStorage,
     last_read,
-    requeue_patiently,
+    patient_bookkeeping,
     serve_with,
     use_one_queue_connection,
     watch_stop_signal,
@@ -55,7 +55,7 @@ class QueueConfigError(Exception):
 def _make_huey(app: Flask, queue: str) -> Huey:
     huey = _huey_of_driver(app, queue)
     if not huey.immediate:
-        requeue_patiently(huey)
+        patient_bookkeeping(huey)
     return huey
 
 

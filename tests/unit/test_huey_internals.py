@@ -571,7 +571,7 @@ def test_a_patient_requeue_does_what_hueys_own_requeue_does(retry_delay, retry_b
     def requeued(patient: bool) -> tuple:
         huey = MemoryHuey(utc=True)
         if patient:
-            internals.requeue_patiently(huey)
+            internals.patient_bookkeeping(huey)
 
         @huey.task(retries=2, retry_delay=retry_delay, retry_backoff=retry_backoff)
         def flaky():
@@ -598,7 +598,7 @@ def test_a_task_to_retry_is_put_back_through_an_outage_of_its_queue(tmp_path, mo
 
     monkeypatch.setattr(outages, "episode", outages.Episode())
     huey = SqliteHuey("taskledger.requeue", filename=str(tmp_path / "q.db"), utc=True)
-    internals.requeue_patiently(huey)
+    internals.patient_bookkeeping(huey)
     refusals = [psycopg.OperationalError("connection refused")] * 2
     write = huey.storage.add_to_schedule
 
@@ -622,3 +622,34 @@ def test_a_task_to_retry_is_put_back_through_an_outage_of_its_queue(tmp_path, mo
     assert (huey.pending_count(), huey.scheduled_count()) == (0, 1)
     [again] = huey.scheduled()
     assert again.retries == 0  # a gate's retry spends no try
+
+
+def test_a_task_whose_revoke_check_meets_an_outage_still_runs(tmp_path, monkeypatch):
+    # Huey reads a task's revoke keys before it runs it: that read met the outage and the
+    # task, already taken from the queue, was dropped unrun.
+    import psycopg
+
+    monkeypatch.setattr(outages, "episode", outages.Episode())
+    huey = SqliteHuey("taskledger.revoke-check", filename=str(tmp_path / "q.db"), utc=True)
+    internals.patient_bookkeeping(huey)
+    refusals = [psycopg.OperationalError("connection refused")] * 2
+    peek = huey.storage.peek_many
+
+    def refusing(keys):
+        if refusals:
+            raise refusals.pop()
+        return peek(keys)
+
+    monkeypatch.setattr(huey.storage, "peek_many", refusing)
+    ran: list[int] = []
+
+    @huey.task()
+    def work(n):
+        ran.append(n)
+
+    work(7)
+    waits: list[float] = []
+    stop_flag = SimpleNamespace(wait=waits.append, is_set=lambda: False)
+    internals.PatientWorker(huey, stop_flag, 0.1, 1.0, 1.1).loop()
+
+    assert (ran, waits) == ([7], [0.5, 1.0])
