@@ -590,24 +590,32 @@ def test_a_patient_requeue_does_what_hueys_own_requeue_does(retry_delay, retry_b
     assert requeued(patient=True) == requeued(patient=False)
 
 
+def patient_huey_refusing_twice(tmp_path, monkeypatch, method: str) -> SqliteHuey:
+    """A queue with the patient bookkeeping whose storage ``method`` meets an outage on its
+    first two calls (the process's episode is the test's own)."""
+    import psycopg
+
+    monkeypatch.setattr(outages, "episode", outages.Episode())
+    huey = SqliteHuey(f"taskledger.{method}", filename=str(tmp_path / "q.db"), utc=True)
+    internals.patient_bookkeeping(huey)
+    refusals = [psycopg.OperationalError("connection refused")] * 2
+    call = getattr(huey.storage, method)
+
+    def refusing(*args):
+        if refusals:
+            raise refusals.pop()
+        return call(*args)
+
+    monkeypatch.setattr(huey.storage, method, refusing)
+    return huey
+
+
 def test_a_task_to_retry_is_put_back_through_an_outage_of_its_queue(tmp_path, monkeypatch):
     # A unit's gate that cannot reach the database raises RetryTask; on the PostgreSQL
     # queue the write that puts the job back met the same outage and Huey dropped the job.
-    import psycopg
     from huey.exceptions import RetryTask
 
-    monkeypatch.setattr(outages, "episode", outages.Episode())
-    huey = SqliteHuey("taskledger.requeue", filename=str(tmp_path / "q.db"), utc=True)
-    internals.patient_bookkeeping(huey)
-    refusals = [psycopg.OperationalError("connection refused")] * 2
-    write = huey.storage.add_to_schedule
-
-    def refusing(data, timestamp):
-        if refusals:
-            raise refusals.pop()
-        return write(data, timestamp)
-
-    monkeypatch.setattr(huey.storage, "add_to_schedule", refusing)
+    huey = patient_huey_refusing_twice(tmp_path, monkeypatch, "add_to_schedule")
 
     @huey.task()
     def gated():
@@ -627,20 +635,7 @@ def test_a_task_to_retry_is_put_back_through_an_outage_of_its_queue(tmp_path, mo
 def test_a_task_whose_revoke_check_meets_an_outage_still_runs(tmp_path, monkeypatch):
     # Huey reads a task's revoke keys before it runs it: that read met the outage and the
     # task, already taken from the queue, was dropped unrun.
-    import psycopg
-
-    monkeypatch.setattr(outages, "episode", outages.Episode())
-    huey = SqliteHuey("taskledger.revoke-check", filename=str(tmp_path / "q.db"), utc=True)
-    internals.patient_bookkeeping(huey)
-    refusals = [psycopg.OperationalError("connection refused")] * 2
-    peek = huey.storage.peek_many
-
-    def refusing(keys):
-        if refusals:
-            raise refusals.pop()
-        return peek(keys)
-
-    monkeypatch.setattr(huey.storage, "peek_many", refusing)
+    huey = patient_huey_refusing_twice(tmp_path, monkeypatch, "peek_many")
     ran: list[int] = []
 
     @huey.task()
