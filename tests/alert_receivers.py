@@ -22,7 +22,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 
 from taskrunner import delivery
-from tasks.queues import queues
+from tests.support import drain as drain_queue
 
 
 @dataclass
@@ -164,10 +164,7 @@ def drain(*names: str) -> None:
     for _ in range(20):
         busy = False
         for name in names:
-            huey = queues().huey(name)
-            while huey.pending_count():  # an empty dequeue would block on Redis
-                busy = True
-                huey.execute(huey.dequeue())
+            busy = drain_queue(name) > 0 or busy
         if not busy:
             return
 

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from huey.storage import SqliteStorage
+from jinja2.bccache import Bucket, BytecodeCache
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import text
 
@@ -85,6 +87,20 @@ def require_redis() -> None:
     require_server("Redis", "127.0.0.1", 6379)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_scrypt_per_password():
+    """Each password is hashed, and each hash checked against a password, once a session:
+    scrypt is slow on purpose (0.1 s a call), and the tests make and sign in hundreds of
+    operators with a handful of passwords. A check's answer is the real one (scrypt of the
+    same salt and password gives the same key); a process the tests start hashes anew."""
+    from accounts import services
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("generate_password_hash", "check_password_hash"):
+            patch.setattr(services, name, functools.cache(getattr(services, name)))
+        yield
+
+
 @pytest.fixture(scope="session")
 def base_config(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("backend")
@@ -128,6 +144,25 @@ def empty_tables() -> None:
     db.session.commit()
 
 
+class CompiledTemplates(BytecodeCache):
+    """The templates' compiled code, shared by the apps of a session: compiling them is
+    most of what a page costs the first time an app renders it (25 templates, 0.4 s),
+    and every test has apps of its own. Jinja checks each entry against the source."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        if bucket.key in self.codes:
+            bucket.bytecode_from_string(self.codes[bucket.key])
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        self.codes[bucket.key] = bucket.bytecode_to_string()
+
+
+COMPILED_TEMPLATES = CompiledTemplates()
+
+
 class AppMaker:
     """Builds the apps of one test on its backend, each with its own runner state."""
 
@@ -138,6 +173,7 @@ class AppMaker:
 
     def __call__(self, **overrides):
         app = create_app({**self.base_config, **overrides})
+        app.jinja_env.bytecode_cache = COMPILED_TEMPLATES
         self._register_on(app, self.definitions)
         self.made.append(app)
         return app

@@ -8,8 +8,18 @@ import subprocess
 from pathlib import Path
 
 from harness import ROOT, ProcessPool, process_env, wait_for
+from tasks.queues import queues
 
-__all__ = ["ROOT", "Consumers", "process_env", "see_logs", "huey_stop_interrupt", "wait_for"]
+__all__ = [
+    "ROOT",
+    "Consumers",
+    "drain",
+    "huey_stop_interrupt",
+    "process_env",
+    "queued_jobs",
+    "see_logs",
+    "wait_for",
+]
 
 # The pinned JSON shapes of SPEC §9, shared by the CLI and the API tests.
 RUN_KEYS = {"uuid", "type", "status", "initiator", "started_at", "finished_at", "units"}
@@ -31,6 +41,27 @@ UNIT_KEYS = {
 def see_logs(class_pattern: str, prefix: str = "") -> re.Pattern[str]:
     """A stored reason of a non-domain error: its class and its error reference."""
     return re.compile(rf"{prefix}unhandled {class_pattern} — see logs, ref [0-9a-f]{{8}}")
+
+
+def queued_jobs(name: str = "tasks") -> list:
+    """Take every job waiting in queue ``name``, without running them.
+
+    Counted first, never dequeued until one comes back empty: on Redis an empty dequeue
+    waits a second for a job (Huey's blocking read), and the tests take hundreds.
+    """
+    huey = queues().huey(name)
+    return [huey.dequeue() for _ in range(huey.pending_count())]
+
+
+def drain(name: str = "tasks", limit: int | None = None) -> int:
+    """Run the jobs waiting in queue ``name`` in this process, as a consumer's worker
+    would, until none is left (or ``limit`` ran); return how many ran."""
+    huey = queues().huey(name)
+    done = 0
+    while (limit is None or done < limit) and huey.pending_count():
+        huey.execute(huey.dequeue())
+        done += 1
+    return done
 
 
 def huey_stop_interrupt() -> KeyboardInterrupt:

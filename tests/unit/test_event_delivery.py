@@ -13,8 +13,7 @@ from taskrunner import delivery, events, runner
 from taskrunner.contract import TaskReportableError
 from taskrunner.ledger import ledger
 from taskrunner.models import EventDelivery
-from tasks.queues import queues
-from tests.support import huey_stop_interrupt, see_logs
+from tests.support import drain, huey_stop_interrupt, see_logs
 from tests.web.backoffice_support import VIEW, browser, make_user, sign_in
 
 
@@ -31,12 +30,6 @@ class Refuses:
                 f"subscriber down, card 4111 1111 1111 1111 ({event['name']})"
             )
         self.took.append(event["id"])
-
-
-def drain() -> None:
-    huey = queues().huey("tasks")
-    while huey.pending_count():  # an empty dequeue would block on Redis
-        huey.execute(huey.dequeue())
 
 
 def fresh_run(run_uuid: str):

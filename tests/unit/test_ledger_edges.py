@@ -27,7 +27,7 @@ from taskrunner.ledger import ledger
 from taskrunner.models import TaskRun, TaskRunUnit
 from tasks.queues import queues
 from tests.ops_types import HELD, THROTTLED, HeldTask, ThrottledTask
-from tests.support import see_logs, wait_for
+from tests.support import drain, see_logs, wait_for
 
 
 class Recorder:
@@ -63,15 +63,6 @@ def recorders(make_app) -> tuple[Recorder, Recorder]:
     pair = (Recorder("tests.rec.first"), Recorder("tests.rec.second"))
     make_app.register(*pair)
     return pair
-
-
-def drain() -> int:
-    huey = queues().huey("tasks")
-    done = 0
-    while huey.pending_count():  # an empty dequeue would block on Redis
-        huey.execute(huey.dequeue())
-        done += 1
-    return done
 
 
 def fresh_run(run_uuid: str) -> TaskRun:

@@ -13,20 +13,7 @@ from taskrunner.contract import Refused
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRunUnit
 from tasks.queues import queues
-from tests.support import see_logs
-
-
-def drain(limit: int | None = None) -> int:
-    """Execute queued unit jobs in this process, as a consumer's worker would."""
-    huey = queues().huey("tasks")
-    done = 0
-    while limit is None or done < limit:
-        task = huey.dequeue()
-        if task is None:
-            break
-        huey.execute(task)
-        done += 1
-    return done
+from tests.support import drain, queued_jobs, see_logs
 
 
 def fresh_run(run_uuid: str):
@@ -44,9 +31,7 @@ def units(run_uuid: str) -> dict[str, TaskRunUnit]:
 def test_the_same_job_delivered_twice_runs_once(ctx, controlled):
     handle = runner.start("tests.controlled", {"units": 3}, "test")
     huey = queues().huey("tasks")
-    queued = []
-    while (task := huey.dequeue()) is not None:
-        queued.append(task)
+    queued = queued_jobs()
     for task in queued + queued:  # every job delivered twice
         huey.execute(task)
 
@@ -59,9 +44,7 @@ def test_a_job_holding_a_superseded_token_changes_nothing(ctx, controlled):
     controlled.failing = {"k2"}
     handle = runner.start("tests.controlled", {"units": 2}, "test")
     huey = queues().huey("tasks")
-    stale_jobs = []
-    while (task := huey.dequeue()) is not None:
-        stale_jobs.append(task)
+    stale_jobs = queued_jobs()
     # The operator retries before the first jobs ever ran: new tokens for pending units.
     runner.retry(handle.uuid)
     controlled.failing = set()

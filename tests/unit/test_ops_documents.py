@@ -57,7 +57,7 @@ def step() -> dict | None:
     minus the attempt's start and end bound the delay from both sides.
     """
     huey = queues().huey("default")
-    task = huey.dequeue()
+    task = huey.dequeue() if huey.pending_count() else None  # an empty one waits on Redis
     if task is None:
         scheduled = huey.scheduled()
         if not scheduled:

@@ -46,7 +46,7 @@ def test_an_interrupt_after_the_unit_settled_closes_its_run(ctx):
 
     handed_back(*job.args, **job.kwargs)
 
-    assert huey.dequeue() is None
+    assert huey.pending_count() == 0
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 1)
 

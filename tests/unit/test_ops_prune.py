@@ -13,12 +13,7 @@ from taskrunner import runner
 from taskrunner.ledger import ledger
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from tasks.queues import queues
-
-
-def drain() -> None:
-    huey = queues().huey("tasks")
-    while (task := huey.dequeue()) is not None:
-        huey.execute(task)
+from tests.support import drain
 
 
 def finished_days_ago(run_uuid: str, days: float) -> None:

@@ -20,7 +20,7 @@ from taskrunner.ledger import ledger
 from taskrunner.reports import UNIT_LIST_CAP
 from tasks.queues import queues
 from tests.ops_types import HELD, HeldTask
-from tests.support import wait_for
+from tests.support import drain, wait_for
 
 # Past the held type's thresholds (1.2 s), well inside every default one (minutes) and a
 # live heartbeat's interval: a moment to judge staleness at without waiting for it.
@@ -56,15 +56,6 @@ def execute_in_thread() -> threading.Thread:
     thread = threading.Thread(target=huey.execute, args=(task,), daemon=True)
     thread.start()
     return thread
-
-
-def drain() -> int:
-    huey = queues().huey("tasks")
-    done = 0
-    while (task := huey.dequeue()) is not None:
-        huey.execute(task)
-        done += 1
-    return done
 
 
 def stuck_events(run_uuid: str) -> int:

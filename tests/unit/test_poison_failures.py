@@ -33,6 +33,7 @@ from taskrunner.redaction import UNSTORABLE
 from taskrunner.single import execute_attempt
 from tasks.queues import queues
 from tenancy.models import Tenant
+from tests.support import drain
 
 POISONED = "tests.poisoned"
 REFUSED_MARK = "refused by the database"
@@ -147,20 +148,11 @@ def poisoned(app, make_app, refusing_database):
         yield taken
 
 
-def drain(name: str) -> int:
-    huey = queues().huey(name)
-    done = 0
-    while huey.pending_count():  # an empty dequeue would block on Redis
-        huey.execute(huey.dequeue())
-        done += 1
-    return done
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_unit_whose_failure_holds_poison_still_ends_failed(poisoned, kind):
     handle = runner.start(POISONED, {"kind": kind, "units": 2}, "test")
 
-    assert drain("tasks") == 2
+    assert drain() == 2
 
     db.session.rollback()
     run = ledger.runs.get_run(handle.uuid)
