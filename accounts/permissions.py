@@ -62,6 +62,21 @@ def sign_in_again(ended: bool) -> Response:
     return redirect(login_url(back) if back else "/login")
 
 
+def wants_event_stream() -> bool:
+    """Whether a browser's ``EventSource`` asks: it sends this ``Accept`` and nothing else."""
+    return request.headers.get("Accept", "") == "text/event-stream"
+
+
+def refused_stream() -> Response:
+    """A live stream refused to a session that ended or lacks the permission: 204, which
+    tells an ``EventSource`` to stop without reading a body. A sign-in page or an error
+    page would be read as a stream and logged as a broken one in the browser's console;
+    the page's script asks the page itself what went wrong (``static/live.js``)."""
+    refused = Response(status=204)
+    del refused.headers["Content-Type"]  # it has no body to type
+    return refused
+
+
 def permission_required(name: str) -> Callable[[F], F]:
     """Guard a view: sign-in first (401 JSON under /api/), then ``name`` (403)."""
     if name not in PERMISSIONS:
@@ -73,8 +88,12 @@ def permission_required(name: str) -> Callable[[F], F]:
             if not current_user.is_authenticated:
                 if wants_problem():
                     abort(401, description="sign in first: this API needs a backoffice session")
+                if wants_event_stream():
+                    return refused_stream()
                 return sign_in_again(ended=SESSION_SECRET in session)
             if not current_user.has_permission(name):
+                if wants_event_stream():
+                    return refused_stream()
                 abort(403, description=f"permission {name} required")
             return view(*args, **kwargs)
 

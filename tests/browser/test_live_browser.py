@@ -57,22 +57,33 @@ def streams_asked(server: LiveServer, run: str) -> int:
     return server.log_path.read_text().count(f"GET /backoffice/task-runs/{run}/stream ")
 
 
-def test_the_live_region_says_when_updates_stopped_and_why(app, server, chromium, tmp_path):
+def a_running_run(app) -> str:
+    """The operator of these tests, and a running run of one unit: its uuid."""
     with app.app_context():
         create_user(EMAIL, PASSWORD, PERMISSIONS)
         run = ledger.transitions.create_run(
             "diagnostics.probe", {}, "cli", [TaskUnit("a")], 100
         ).run_uuid
         db.session.remove()
-    web = server[0]
-    browser = chromium.new_context(viewport=DESKTOP)
-    page = browser.new_page()
-    run_page = f"{web.url}/backoffice/task-runs/{run}"
-    page.goto(run_page)
+    return run
+
+
+def signed_in_live(page, url: str) -> None:
+    """Open ``url``, sign in on the way, and wait for the page's stream to open."""
+    page.goto(url)
     page.fill("input[name=email]", EMAIL)
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_selector(".live-bar[data-state=live]")
+
+
+def test_the_live_region_says_when_updates_stopped_and_why(app, server, chromium, tmp_path):
+    run = a_running_run(app)
+    web = server[0]
+    browser = chromium.new_context(viewport=DESKTOP)
+    page = browser.new_page()
+    run_page = f"{web.url}/backoffice/task-runs/{run}"
+    signed_in_live(page, run_page)
     assert live(page) and page.evaluate(MARKER) == '"● "'
     page.evaluate(SAID)
 
@@ -123,3 +134,26 @@ def test_the_live_region_says_when_updates_stopped_and_why(app, server, chromium
     other.wait_for_selector(".live-bar[data-state=live]")
     assert other.url == run_page
     browser.close()
+
+
+def test_a_stream_opened_after_the_session_ended_stops_the_bar_with_no_console_error(
+    app, server, chromium
+):
+    run = a_running_run(app)
+    page = chromium.new_page(viewport=DESKTOP)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    signed_in_live(page, f"{server[0].url}/backoffice/task-runs/{run}")
+    page.click("[data-live-toggle]")
+    page.wait_for_selector(".live-bar[data-state=paused]")
+
+    # Paused, no stream is open; the session ends; the next stream asks without one.
+    with app.app_context():
+        set_password(EMAIL, PASSWORD)
+        db.session.remove()
+    page.click("[data-live-toggle]")
+
+    page.wait_for_selector(".live-bar[data-state=stopped]", timeout=30_000)
+    assert page.inner_text(".live-state") == "Live updates stopped — sign in again"
+    assert errors == []
+    page.close()

@@ -393,6 +393,20 @@ def test_the_run_stream_says_changed_then_finished_for_a_closed_run(viewer_web, 
     assert '"status": "completed_with_failures"' in stream.text
 
 
+def test_a_stream_refused_to_a_browsers_event_source_is_an_empty_204(app, people, failed_uuid):
+    # A sign-in or error page would be read as a broken stream (an error in the console).
+    stream = f"/backoffice/task-runs/{failed_uuid}/stream"
+    event_source = {"Accept": "text/event-stream"}
+    signed_out, stranger = browser(app), browser(app)
+    sign_in(stranger, people["stranger"])  # signed in, without the permission
+    for web in (signed_out, stranger):
+        refused = web.get(stream, headers=event_source, status=204)
+        assert refused.body == b""
+    assert signed_out.get(stream, status=302).location.startswith("/login?next=")
+    stranger.get(stream, status=403)
+    signed_out.get(f"/builder/runs/{failed_uuid}/stream", headers=event_source, status=204)
+
+
 def test_the_run_stream_of_a_running_run_ends_after_its_time_limit(app, viewer_web):
     with app.app_context():
         run_uuid = running_run(["a", "b"])
