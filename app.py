@@ -7,7 +7,7 @@ from types import ModuleType
 from typing import Any
 
 from flask import Flask
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from config import Config, ConfigError, instance_path, read_secret_key
@@ -154,8 +154,14 @@ def register_blueprints(app: Flask) -> None:
 def register_errorhandlers(app: Flask) -> None:
     @app.teardown_appcontext
     def _rollback_on_error(exc: BaseException | None) -> None:
-        if exc is not None:
+        if exc is None:
+            return
+        try:
             db.session.rollback()
+        except SQLAlchemyError:
+            # A session stopped inside its own commit (a consumer's stop) refuses a
+            # rollback: ``exc`` is what ended the context and what its caller must see.
+            db.session.remove()
 
 
 def register_commands(app: Flask) -> None:

@@ -211,10 +211,17 @@ class Queues:
 
         @functools.wraps(fn)
         def run(*args: Any, task: Any = None, **kwargs: Any) -> Any:
-            with app.app_context():
-                if wants_task:
-                    kwargs["task"] = task
-                return fn(*args, **kwargs)
+            try:
+                with app.app_context():
+                    if wants_task:
+                        kwargs["task"] = task
+                    return fn(*args, **kwargs)
+            except Exception as exc:
+                # The context's teardown may raise in place of a stop that passed through
+                # it (a session stopped inside its commit refuses the rollback): Huey must
+                # still see the stop, to hand the work back.
+                raise_if_stopping(exc)
+                raise
 
         return run
 

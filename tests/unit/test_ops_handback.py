@@ -1,15 +1,19 @@
-"""The hand-back handler's edges: an interrupt before the gate, and one after the unit
-settled but before its run was finalized. (The SIGTERM path itself runs with real
+"""The hand-back handler's edges: an interrupt before the gate, one after the unit
+settled but before its run was finalized, and a stop that a library's error (or the
+app context's teardown) would hide. (The SIGTERM path itself runs with real
 consumers in ``tests/workers/test_ops_handback.py``.)"""
 
 from __future__ import annotations
 
+from sqlalchemy import event, text
+
+from database import write_transaction
 from extensions import db
 from taskrunner import runner
 from taskrunner.jobs import handed_back
 from taskrunner.ledger import ledger
 from tasks.queues import queues
-from tests.support import huey_stop_interrupt
+from tests.support import huey_stop_interrupt, queued_jobs
 
 
 def fresh_run(run_uuid: str):
@@ -76,3 +80,29 @@ def test_a_stop_masked_by_a_library_error_hands_the_unit_back_instead_of_failing
     huey.execute(new_job)
     run = fresh_run(handle.uuid)
     assert (run.status, run.units_completed) == ("completed", 1)
+
+
+def test_a_stop_inside_a_commits_own_bookkeeping_hands_the_unit_back(ctx, controlled):
+    # The database has committed; SQLAlchemy's session, stopped before it closed its
+    # transaction, refuses the rollback the app's teardown then asks of it.
+    def stop_after_the_commit(_session):
+        raise huey_stop_interrupt()
+
+    def writes_and_is_stopped_in_its_commit(_unit):
+        controlled.during = None  # only the first attempt is stopped
+        event.listen(db.session, "after_commit", stop_after_the_commit, once=True)
+        with write_transaction(db.session):
+            db.session.execute(text("SELECT 1"))
+
+    controlled.during = writes_and_is_stopped_in_its_commit
+    handle = runner.start(controlled.type(), {"units": 1}, "test")
+    huey = queues().huey("tasks")
+    job = huey.dequeue()
+
+    huey.execute(job)  # Huey must see the interrupt, not the session's refusal
+
+    [unit] = ledger.runs.run_units_page(fresh_run(handle.uuid)).items
+    assert (unit["status"], unit["last_error"]) == ("pending", None)
+    [new_job] = queued_jobs()
+    huey.execute(new_job)
+    assert fresh_run(handle.uuid).status == "completed"
