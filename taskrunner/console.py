@@ -31,12 +31,27 @@ def _age(since: datetime | None, now: datetime) -> int | None:
     return max(0, int((now - since).total_seconds())) if since else None
 
 
+def lost_before(now: datetime) -> datetime:
+    """A consumer whose last beat is older than this is lost (three beats missed)."""
+    beat = float(current_app.config["CONSUMER_HEARTBEAT_SECONDS"])
+    return now - timedelta(seconds=LOST_AFTER_BEATS * beat)
+
+
+def workers_running(now: datetime) -> tuple[set[str], set[str]]:
+    """What live consumers' workers execute now, as ``host:pid`` (a periodic slot's
+    claimer), and every host a consumer reports from, live or lost."""
+    running, hosts = set(), set()
+    for row in ledger.session.execute(select(ConsumerPresence)).scalars():
+        hosts.add(row.host)
+        if row.heartbeat_at >= lost_before(now):
+            running.update(f"{row.host}:{item.get('pid')}" for item in row.running or [])
+    return running, hosts
+
+
 def consumers() -> dict[str, Any]:
     """Every registered consumer, live or lost, with what its workers execute now."""
     now = utcnow()
-    lost_before = now - timedelta(
-        seconds=LOST_AFTER_BEATS * float(current_app.config["CONSUMER_HEARTBEAT_SECONDS"])
-    )
+    lost_before_now = lost_before(now)
     rows = list(
         ledger.session.execute(
             select(ConsumerPresence).order_by(ConsumerPresence.host, ConsumerPresence.started_at)
@@ -51,7 +66,7 @@ def consumers() -> dict[str, Any]:
     units = ledger.fleet.units_by_ids(unit_ids)
     items = []
     for row in rows:
-        live = row.heartbeat_at >= lost_before
+        live = row.heartbeat_at >= lost_before_now
         running = []
         # A lost consumer's last report is history, not what runs now.
         for item in row.running or [] if live else []:

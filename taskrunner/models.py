@@ -252,7 +252,8 @@ class ScheduleSlot(db.Model):
     claimed_by: Mapped[str] = mapped_column(String(191))
     enqueued_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    # None while it runs; "ok", "raised", "missed", "paused", or "handed_back" (queued again).
+    # None while it runs; "ok", "raised" (or its worker lost), "missed", "paused", or
+    # "handed_back" (queued again).
     outcome: Mapped[str | None] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(Text)
     run_uuid: Mapped[str | None] = mapped_column(String(36))
@@ -266,6 +267,13 @@ class ScheduleSlot(db.Model):
             "slot",
             postgresql_where=text("outcome = 'missed'"),
             sqlite_where=text("outcome = 'missed'"),
+        ),
+        # The stuck sweep's look for bodies whose worker is gone: the slots still running.
+        Index(
+            "ix_periodic_slots_unended",
+            "claimed_at",
+            postgresql_where=text("outcome IS NULL"),
+            sqlite_where=text("outcome IS NULL"),
         ),
     )
 

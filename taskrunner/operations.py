@@ -109,7 +109,7 @@ schedule_unfinished = schedule_actions.unfinished
 run_schedule_now = schedule_actions.run_now
 pause_schedule = schedule_actions.pause
 resume_schedule = schedule_actions.resume
-schedule_actions = ledger.schedules.actions
+schedule_actions = ledger.actions.on_schedule
 consumers, queues, search = console.consumers, console.queues, console.search
 # Operator actions, recorded with their ``Actor`` (who, web or CLI, from where); each
 # raises ``Refused`` for what cannot be done.

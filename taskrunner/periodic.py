@@ -30,10 +30,12 @@ def relay_events() -> None:
 # Every few minutes, hourly at most: a lost worker is found in minutes (docs/operations.md).
 @periodic("taskrunner.detect_stuck", Every("TASK_RUNNER_SWEEP_SECONDS"), timeout=300)
 def detect_stuck() -> None:
-    """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode, and schedules'
-    unclaimed slots are written missed (one ``tasks.schedule.missed`` per episode)."""
+    """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode, schedules'
+    unclaimed slots are written missed (one ``tasks.schedule.missed`` per episode), and
+    slots whose body's worker is gone are ended failed."""
     ledger.sweeps.mark_stuck()
     schedules.watch()
+    schedules.end_lost_bodies()
 
 
 @periodic("taskrunner.roll_throughput", Every("TASK_RUNNER_THROUGHPUT_SECONDS"), timeout=120)

@@ -20,7 +20,7 @@ def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None
     if last is not None and last.state in ("running", "late") and last.run_uuid:
         return last.run_uuid, f"its previous run {last.run_uuid} is still running"
     asked = next(
-        (a for a in ledger.schedules.actions(name) if a.action == "schedule-run-now"), None
+        (a for a in ledger.actions.on_schedule(name) if a.action == "schedule-run-now"), None
     )
     if asked is None:
         return None
@@ -44,7 +44,7 @@ def run_now(
     if not confirmed and (pending := unfinished(name, now)):
         raise Refused(f"{name}: {pending[1]}; confirm again to start another")
     slot = (now or utcnow()).replace(microsecond=0)
-    ledger.schedules.record_run_now(name, slot, actor)
+    ledger.actions.record_schedule_run_now(name, slot, actor)
     queues().enqueue_slot(name, slot, f"operator:{actor.name}")
     return slot
 

@@ -7,7 +7,8 @@ A slot's state is computed when it is read:
 - a slot row follows how it ended: ``ok`` (or, for a schedule that starts a run, the
   run's ``running`` / ``ok`` / ``completed_with_failures`` / ``failed``), ``failed``
   when the body raised, ``late`` when its claim came more than the grace after its time
-  and it has not ended, else ``running``; ``missed`` and ``paused`` as written;
+  and it has not ended, else ``running``; ``missed`` and ``paused`` as written; a slot
+  whose body's worker is gone is ended ``failed`` by the stuck sweep (``end_lost_bodies``);
 - a slot with no row whose time passed by more than the grace is ``missed``, or
   ``paused`` when the schedule was paused at that time. Counting starts when the
   schedule was first known (its first claim, or the first watch that saw it declared):
@@ -24,6 +25,7 @@ not): schedulers that were all down and then back leave one episode, opened and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +35,7 @@ from flask import current_app
 from sqlalchemy import Row
 
 from database import utcnow
+from taskrunner import console
 from taskrunner.ledger import ledger
 from taskrunner.ledger.schedules import HANDED_BACK
 from taskrunner.models import ScheduleState
@@ -43,6 +46,7 @@ from tasks.schedules import Schedule, slots_between
 STRIP = 14
 DETAIL = 100
 BADGE_WINDOW = timedelta(hours=24)
+logger = logging.getLogger(__name__)
 # Unclaimed slots a read or a watch looks at, at most (a year of a 5-minute schedule is
 # 105,000: the newest are enough to show, and a watch writes the rest at its next turns).
 UNCLAIMED_CAP = 1000
@@ -274,6 +278,26 @@ def watch(now: datetime | None = None) -> int:
         ledger.schedules.mark_missed(name, missing, until, now)
         for name, (missing, until) in found.items()
     )
+
+
+def end_lost_bodies(now: datetime | None = None) -> int:
+    """End as failed the slots whose body's worker is gone (killed, alone or with its
+    host): claimed before the consumers' lost window and run by no live consumer now, on
+    a host that reports consumers (a host with none, or long forgotten, tells nothing).
+    Such a body is not run again: the next slot catches up. How many it ended."""
+    now = now or utcnow()
+    try:
+        running, hosts = console.workers_running(now)
+    finally:
+        ledger.session.rollback()
+
+    def lost(claimer: str) -> bool:
+        return claimer not in running and claimer.rpartition(":")[0] in hosts
+
+    ended = ledger.schedules.end_lost(console.lost_before(now), lost, now)
+    for name, slot in ended:
+        logger.warning("Periodic %s, slot %s: its worker is lost", name, slot.isoformat())
+    return len(ended)
 
 
 def _gap(spec: PeriodicSpec, state: ScheduleState, until: datetime) -> list[datetime]:

@@ -8,8 +8,8 @@ is gone, a host that came back) therefore never sweep twice. The claim is in the
 ledger's database, so it holds on every queue driver. A consumer stopping mid-body (a
 deploy's SIGTERM) hands the slot back: the keeper makes it claimable again and the
 job is enqueued anew for it and the slots it still owed. A slot whose body crashed
-(its host killed) is not run again: the next slot catches up (every periodic task is
-a catch-up sweep).
+(its worker or its host killed) is not run again: the next slot catches up (every
+periodic task is a catch-up sweep), and the runner's stuck sweep ends it failed.
 
 The wiring knows the keeper by this protocol only (it imports nothing of the runner);
 the runner binds its own when the app is made. The keeper also says whether a

@@ -1,4 +1,4 @@
-"""Operator actions: retry (reopen), cancel, pause and resume a type.
+"""Operator actions: retry (reopen), cancel, pause and resume a type; a schedule's actions.
 
 Each checks its preconditions under the run lock and records who did it.
 """
@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from database import is_sqlite, utcnow, write_transaction
+from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import (
     ACTIVE,
@@ -24,10 +24,12 @@ from taskrunner.ledger.records import (
 )
 from taskrunner.ledger.stale_rules import paused_type_names, stale_cutoffs, stale_filter
 from taskrunner.ledger.writes import Writes
-from taskrunner.models import TaskRun, TaskRunUnit, TaskTypePause
+from taskrunner.models import OperatorAction, TaskRun, TaskRunUnit, TaskTypePause
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunStatus, UnitStatus
 from taskrunner.unit_rules import possible_keys
+
+SCHEDULE_ACTIONS = ("schedule-pause", "schedule-resume", "schedule-run-now")
 
 
 class OperatorActions:
@@ -256,3 +258,23 @@ class OperatorActions:
 
     def is_paused(self, type_: str) -> bool:
         return self.session.get(TaskTypePause, type_) is not None
+
+    def record_schedule_run_now(self, name: str, slot: datetime, actor: Actor) -> None:
+        with write_transaction(self.session):
+            self.writes.record_action(
+                None, "schedule-run-now", actor, {"schedule": name, "slot": iso(slot)}
+            )
+
+    def on_schedule(self, name: str, limit: int = 20) -> list[OperatorAction]:
+        """The operator actions on schedule ``name`` (pause, resume, run now), newest first."""
+        rows = self.session.execute(
+            select(OperatorAction)
+            .where(
+                OperatorAction.task_run_id.is_(None),
+                OperatorAction.action.in_(SCHEDULE_ACTIONS),
+                OperatorAction.detail["schedule"].as_string() == name,
+            )
+            .order_by(OperatorAction.id.desc())
+            .limit(limit)
+        )
+        return list(rows.scalars())

@@ -14,7 +14,7 @@ declared to start one starts is linked to the slot in the run's own transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from sqlalchemy import Row, delete, func, select, union_all, update
@@ -25,9 +25,8 @@ from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
 from taskrunner.ledger.writes import Writes, lock_row
-from taskrunner.models import OperatorAction, ScheduleSlot, ScheduleState
+from taskrunner.models import ScheduleSlot, ScheduleState
 
-SCHEDULE_ACTIONS = ("schedule-pause", "schedule-resume", "schedule-run-now")
 MISSED = "missed"
 PAUSED = "paused"
 HANDED_BACK = "handed_back"
@@ -174,6 +173,30 @@ class ScheduleSlots:
                 )
         return run_uuid
 
+    def end_lost(
+        self, claimed_before: datetime, lost: Callable[[str], bool], now: datetime | None = None
+    ) -> list[Row]:
+        """End as raised the slots claimed before ``claimed_before``, not ended, whose
+        claimer (``host:pid``) is ``lost``: its body's worker is gone. A body that ended
+        meanwhile keeps its own end. Returns the slots it ended (name, slot)."""
+        table, ended = ScheduleSlot.__table__, []
+        with write_transaction(self.session):
+            unended = select(table.c.name, table.c.slot, table.c.claimed_by).where(
+                table.c.outcome.is_(None), table.c.claimed_at < claimed_before
+            )
+            for name, slot, claimer in self.session.execute(unended).all():
+                if not lost(claimer):
+                    continue
+                reason = f"worker lost: {claimer} stopped running it; the next slot catches up"
+                ended += self.session.execute(
+                    update(table)
+                    .where(table.c.name == name, table.c.slot == slot, table.c.outcome.is_(None))
+                    .where(table.c.claimed_by == claimer)
+                    .values(finished_at=now or utcnow(), outcome="raised", reason=reason)
+                    .returning(table.c.name, table.c.slot)
+                ).all()
+        return ended
+
     def mark_missed(
         self,
         name: str,
@@ -234,12 +257,6 @@ class ScheduleSlots:
             action = "schedule-pause" if paused else "schedule-resume"
             self.writes.record_action(None, action, actor, {"schedule": name})
         return True
-
-    def record_run_now(self, name: str, slot: datetime, actor: Actor) -> None:
-        with write_transaction(self.session):
-            self.writes.record_action(
-                None, "schedule-run-now", actor, {"schedule": name, "slot": iso(slot)}
-            )
 
     def prune(self, older_than: datetime) -> int:
         """Forget slots older than the retention (the schedules keep their states)."""
@@ -331,17 +348,3 @@ class ScheduleSlots:
         if not looks:
             return {}
         return {row.name: row for row in self.session.execute(union_all(*looks))}
-
-    def actions(self, name: str, limit: int = 20) -> list[OperatorAction]:
-        """The operator actions on schedule ``name``, newest first."""
-        rows = self.session.execute(
-            select(OperatorAction)
-            .where(
-                OperatorAction.task_run_id.is_(None),
-                OperatorAction.action.in_(SCHEDULE_ACTIONS),
-                OperatorAction.detail["schedule"].as_string() == name,
-            )
-            .order_by(OperatorAction.id.desc())
-            .limit(limit)
-        )
-        return list(rows.scalars())

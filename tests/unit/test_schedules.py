@@ -3,11 +3,14 @@ computed on read, with one event per missed episode (the clock seam, never a sle
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import replace
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
 import payments.statements  # noqa: F401 - declares the monthly statements
@@ -16,6 +19,7 @@ from database import utcnow
 from taskrunner import events, runner, schedule_actions, schedules, slot_keeper
 from taskrunner.ledger import Actor, ledger
 from taskrunner.types import Refused
+from tasks.presence import Board, ConsumerPresence, Presence
 from tasks.routing import routes
 from tests.support import huey_stop_interrupt
 
@@ -394,3 +398,50 @@ def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confi
     # Never taken within the schedule's grace: its job was lost, and asking again is free.
     assert schedule_actions.unfinished(SWEEP, third + GRACE) is not None
     assert schedule_actions.unfinished(SWEEP, third + GRACE + timedelta(seconds=1)) is None
+
+
+def test_a_slot_whose_bodys_worker_is_gone_is_ended_failed_and_a_live_one_is_left_running(ctx):
+    here = socket.gethostname()
+    board = Board(2)  # this process is a worker running the sweep's body now
+    board.executing("executing", SimpleNamespace(name=SWEEP, id="periodic-1"))
+    Presence(ctx, ["default"], "process", 1, board).beat()
+    gone_host = Presence(ctx, ["default"], "process", 1, board)
+    gone_host.beat()
+    ledger.session.execute(  # a host killed whole: its row stops beating, stays a while
+        update(ConsumerPresence)
+        .where(ConsumerPresence.id == gone_host.id)
+        .values(host="gone-host", heartbeat_at=utcnow() - timedelta(minutes=2))
+    )
+    ledger.session.commit()
+    now = utcnow()
+    long_ago = now - timedelta(minutes=5)
+    me, dead_worker = f"{here}:{os.getpid()}", f"{here}:{2**22 + 1}"
+    claims = {
+        now - timedelta(minutes=10): (me, long_ago),  # running here now
+        now - timedelta(minutes=9): (dead_worker, long_ago),  # killed; the consumer lives
+        now - timedelta(minutes=8): (f"gone-host:{os.getpid()}", long_ago),
+        now - timedelta(minutes=7): (dead_worker, now - timedelta(seconds=5)),  # not beaten yet
+        now - timedelta(minutes=6): ("no-presence-host:7", long_ago),  # tells nothing
+        now - timedelta(minutes=4): (dead_worker, long_ago),  # handed back, queued again
+    }
+    for slot, (claimer, at) in claims.items():
+        assert ledger.schedules.claim(SWEEP, slot, claimer, now=at)
+    handed = now - timedelta(minutes=4)
+    assert ledger.schedules.hand_back(SWEEP, handed) is None
+
+    assert schedules.end_lost_bodies() == 2
+    assert schedules.end_lost_bodies() == 0  # ended once
+
+    view = schedules.schedule(SWEEP, now=now)
+    shown = {slot.slot_at: (slot.state, slot.reason) for slot in view.slots}
+    lost = [at for at, (state, _reason) in shown.items() if state == "failed"]
+    assert sorted(lost) == [now - timedelta(minutes=9), now - timedelta(minutes=8)]
+    assert shown[now - timedelta(minutes=9)][1] == (
+        f"worker lost: {dead_worker} stopped running it; the next slot catches up"
+    )
+    for still in (10, 7, 6, 4):
+        assert shown[now - timedelta(minutes=still)][0] == "running"
+    # A body judged lost that ends after all (its consumer beat again) keeps its own end.
+    ledger.schedules.finish(SWEEP, now - timedelta(minutes=8), None, None)
+    shown = dict(states(schedules.schedule(SWEEP, now=now)))
+    assert shown[now - timedelta(minutes=8)] == "ok"

@@ -133,6 +133,53 @@ def test_a_slot_whose_body_a_deploy_stops_runs_once_on_the_next_consumer(make_ap
 
 
 @pytest.mark.workers
+def test_a_slot_whose_bodys_worker_is_killed_is_ended_failed_and_not_run_again(make_app, tmp_path):
+    beats = {"CONSUMER_HEARTBEAT_SECONDS": "1"}
+    app = make_app(**SHORT_PERIODS, **beats)
+    consumers = Consumers(app, tmp_path)
+    extra = {"TASKLEDGER_EXTRA_MODULES": "tests.periodic_probe", **beats}
+    first = consumers.start(
+        "default", 1, "process", periodic=True, PERIODIC_PROBE_HOLD="120", **extra
+    )
+    try:
+        with app.app_context():
+            wait_for(
+                lambda: any(row.finished_at is None for row in claims(PROBE)),
+                timeout=60,
+                message="a probe's body holding",
+            )
+            [held] = [row for row in claims(PROBE) if row.finished_at is None]
+            worker = int(held.claimed_by.rpartition(":")[2])
+            assert worker != first.pid
+            os.kill(worker, signal.SIGKILL)  # the body's worker dies; its consumer lives
+            consumers.start("default", 2, **extra)  # no scheduler, no hold: runs the sweeps
+            wait_for(
+                lambda: (
+                    [row.outcome for row in claims(PROBE) if row.slot == held.slot] == ["raised"]
+                ),
+                timeout=60,
+                message="the held slot ended",
+            )
+            claimed = claims(PROBE)
+            runs = effect_summary("periodic-probe")["rows"]
+    finally:
+        consumers.stop_all()
+
+    [ended] = [row for row in claimed if row.slot == held.slot]
+    assert ended.reason == (
+        f"worker lost: {held.claimed_by} stopped running it; the next slot catches up"
+    )
+    assert ended.finished_at is not None  # shown failed (the probe is declared in consumers)
+    # Only the killed body is lost: the bodies its restarted worker holds, and the ones
+    # the other consumer ran, are not.
+    lost = [row.slot for row in claimed if (row.reason or "").startswith("worker lost")]
+    assert lost == [held.slot]
+    assert "worker(s) died and were restarted" in consumers.log_of(first)
+    # Not run again: every run of the probe is a slot that ended ok.
+    assert runs == sum(row.outcome == "ok" for row in claimed)
+
+
+@pytest.mark.workers
 def test_a_pause_is_honoured_by_every_scheduler_within_one_tick(make_app, tmp_path):
     app = make_app(**SHORT_PERIODS)
     consumers = Consumers(app, tmp_path)
