@@ -22,18 +22,15 @@ from taskrunner.ledger import ledger, release_hot_connection
 from taskrunner.soft_timeout import soft_timeouts
 from tasks.queues import queues
 from tests.conftest import BACKEND
+from tests.support import queued_jobs
 from tests.unit.test_ledger_rules import fresh_run
-
-
-def queued_jobs(count: int) -> list:
-    huey = queues().huey("tasks")
-    return [huey.dequeue() for _ in range(count)]
 
 
 def test_a_unit_that_is_not_the_last_costs_two_transactions_and_no_checkout(ctx, controlled):
     handle = runner.start("tests.controlled", {"units": 4}, "test")
     huey = queues().huey("tasks")
-    jobs = queued_jobs(4)
+    jobs = queued_jobs()
+    assert len(jobs) == 4
     huey.execute(jobs[0])  # the run's type and context are now known to this process
     begins, checkouts = [], []
     engine = db.engine
@@ -65,7 +62,9 @@ def test_a_unit_that_is_not_the_last_costs_two_transactions_and_no_checkout(ctx,
 def test_the_last_units_settled_together_close_the_run_exactly_once(ctx, controlled, round_):
     size = 2 + round_ % 3
     handle = runner.start("tests.controlled", {"units": size}, "test")
-    claims = [ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs(size)]
+    jobs = queued_jobs()
+    assert len(jobs) == size
+    claims = [ledger.transitions.claim(job.args[1], job.args[2]) for job in jobs]
     release_hot_connection()
     barrier = threading.Barrier(size)
     app, errors = ctx, []
@@ -109,7 +108,7 @@ def test_the_driver_path_stores_what_sqlalchemy_would_store(ctx, controlled, mon
         lambda *args: on_driver.append(args[1]) or driver_sql.first_row(*args),
     )
     handle = runner.start("tests.controlled", {"units": 2}, "test")
-    first, second = queued_jobs(2)
+    first, second = queued_jobs()
     huey = queues().huey("tasks")
     huey.execute(first)
 
@@ -134,7 +133,7 @@ def test_a_look_that_meets_a_unit_being_written_sends_the_worker_to_finalize(ctx
     if db.engine.dialect.name != "postgresql":
         pytest.skip("row locks and SKIP LOCKED are PostgreSQL's; SQLite has one writer")
     handle = runner.start("tests.controlled", {"units": 2}, "test")
-    first, second = (ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs(2))
+    first, second = (ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs())
     other = create_engine(db.engine.url)
     try:
         with other.connect() as conn:
@@ -158,7 +157,7 @@ def test_a_look_that_meets_a_unit_being_written_sends_the_worker_to_finalize(ctx
 
 def test_a_look_that_finds_an_active_unit_leaves_the_run_to_it(ctx, controlled):
     handle = runner.start("tests.controlled", {"units": 3}, "test")
-    claims = [ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs(3)]
+    claims = [ledger.transitions.claim(job.args[1], job.args[2]) for job in queued_jobs()]
 
     first = ledger.transitions.complete_and_look(claims[0])
     second = ledger.transitions.complete_and_look(claims[1])
@@ -258,7 +257,7 @@ def test_a_gate_that_finds_no_free_connection_puts_the_job_back_never_drops_it(
     from taskrunner import jobs
 
     runner.start("tests.controlled", {"units": 1}, "test")
-    (job,) = queued_jobs(1)
+    (job,) = queued_jobs()
 
     def exhausted(unit_id, token):
         raise PoolTimeout("QueuePool limit reached")
