@@ -120,7 +120,8 @@ class SmtpReceiver:
             given = (data.login.decode(), data.password.decode())
             if given == login:
                 self.logins.append(given[0])
-            return AuthResult(success=given == login)
+            # Not "handled": the server answers a refusal itself (535), as a real one does.
+            return AuthResult(success=given == login, handled=False)
 
         return check
 

@@ -214,5 +214,6 @@ def test_email_over_tls_authenticates_with_the_settings(
 
     assert server.logins == ["alerts"] and len(server.handler.messages) == 1
     assert result.exit_code == 1
-    assert result.output.startswith("email: FAILED ")  # the server refused the login
+    # The server refused the login (535), not a read that timed out.
+    assert result.output.startswith("email: FAILED answered 535")
     assert "not-the-password" not in result.output
