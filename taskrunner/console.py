@@ -40,10 +40,10 @@ def lost_before(now: datetime) -> datetime:
 def workers_running(now: datetime) -> tuple[set[str], set[str]]:
     """What live consumers' workers execute now, as ``host:pid`` (a periodic slot's
     claimer), and every host a consumer reports from, live or lost."""
-    running, hosts = set(), set()
+    running, hosts, live_since = set(), set(), lost_before(now)
     for row in ledger.session.execute(select(ConsumerPresence)).scalars():
         hosts.add(row.host)
-        if row.heartbeat_at >= lost_before(now):
+        if row.heartbeat_at >= live_since:
             running.update(f"{row.host}:{item.get('pid')}" for item in row.running or [])
     return running, hosts
 

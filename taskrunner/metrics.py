@@ -17,7 +17,7 @@ page, and the periodic slot claims.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from flask import current_app
 from sqlalchemy import select, text
@@ -37,7 +37,7 @@ from taskrunner.ledger import (
 )
 from taskrunner.registry import registry
 from taskrunner.types import UnitStatus
-from tasks.presence import LOST_AFTER_BEATS, ConsumerPresence
+from tasks.presence import ConsumerPresence
 from tasks.routing import QUEUE_NAMES, routes
 
 CONSUMER_STATES = ("live", "lost")
@@ -118,7 +118,7 @@ def read(now: datetime | None = None) -> Scrape:
             consumers=consumers,
             parked_deliveries=delivery.count_parked(),
             paused_types=len(paused),
-            schedules=_schedules(),
+            schedules=_schedules(reads),
         )
     finally:
         session.rollback()
@@ -168,8 +168,7 @@ def _queues(
 
 def _consumers(now: datetime) -> tuple[dict[str, int], dict[str, int]]:
     """Consumers live and lost (the workers page's rule), and the live ones per queue."""
-    beats = float(current_app.config["CONSUMER_HEARTBEAT_SECONDS"])
-    lost_before = now - timedelta(seconds=LOST_AFTER_BEATS * beats)
+    lost_before = console.lost_before(now)
     states = dict.fromkeys(CONSUMER_STATES, 0)
     per_queue: dict[str, int] = {}
     rows = ledger.session.execute(select(ConsumerPresence.heartbeat_at, ConsumerPresence.queues))
@@ -182,11 +181,11 @@ def _consumers(now: datetime) -> tuple[dict[str, int], dict[str, int]]:
     return states, per_queue
 
 
-def _schedules() -> list[ScheduleFigures]:
+def _schedules(reads: LedgerMetrics) -> list[ScheduleFigures]:
     """Every declared schedule, its newest slot that ran without raising and the slot after it."""
     config = current_app.config
     names = sorted(routes.periodic)
-    claimed = ledger.schedules.last_success(names)
+    claimed = reads.last_success(names)
     figures = []
     for name in names:
         last = claimed.get(name)

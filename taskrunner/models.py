@@ -17,6 +17,8 @@ from database import utcnow
 from extensions import db
 
 ACTIVE_UNIT = "status IN ('pending', 'running')"
+# A slot still running, or handed back for its job enqueued anew.
+UNENDED_SLOT = "outcome IS NULL OR outcome = 'handed_back'"
 # Ids never reused on SQLite (PostgreSQL's identity sequences never reuse them either).
 NO_REUSE = {"sqlite_autoincrement": True}
 
@@ -268,12 +270,13 @@ class ScheduleSlot(db.Model):
             postgresql_where=text("outcome = 'missed'"),
             sqlite_where=text("outcome = 'missed'"),
         ),
-        # The stuck sweep's look for bodies whose worker is gone: the slots still running.
+        # The sweep's looks for slots a lost worker or a lost job left: those not ended.
         Index(
             "ix_periodic_slots_unended",
+            "name",
             "claimed_at",
-            postgresql_where=text("outcome IS NULL"),
-            sqlite_where=text("outcome IS NULL"),
+            postgresql_where=text(UNENDED_SLOT),
+            sqlite_where=text(UNENDED_SLOT),
         ),
     )
 

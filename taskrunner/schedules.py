@@ -8,7 +8,8 @@ A slot's state is computed when it is read:
   run's ``running`` / ``ok`` / ``completed_with_failures`` / ``failed``), ``failed``
   when the body raised, ``late`` when its claim came more than the grace after its time
   and it has not ended, else ``running``; ``missed`` and ``paused`` as written; a slot
-  whose body's worker is gone is ended ``failed`` by the stuck sweep (``end_lost_bodies``);
+  whose body's worker is gone is ended ``failed`` by the stuck sweep (``end_lost_bodies``),
+  and one handed back whose job no worker took again within the grace is ``missed``;
 - a slot with no row whose time passed by more than the grace is ``missed``, or
   ``paused`` when the schedule was paused at that time. Counting starts when the
   schedule was first known (its first claim, or the first watch that saw it declared):
@@ -252,7 +253,8 @@ def missed_count(now: datetime | None = None) -> int:
 
 def watch(now: datetime | None = None) -> int:
     """Note every declared schedule, and write the slots no scheduler claimed within their
-    grace missed, from where the last watch stopped; how many it wrote.
+    grace missed, from where the last watch stopped, and those handed back whose job no
+    worker took within it; how many it wrote.
 
     Gaps before a schedule's newest slot count too: schedulers that were all down for a
     while, then back, left slots nobody ran.
@@ -264,14 +266,17 @@ def watch(now: datetime | None = None) -> int:
         newest = ledger.schedules.recent(names(), 1)
         found = {}
         for name in names():
-            spec = routes.periodic[name]
+            spec, state = routes.periodic[name], states[name]
             until = now - _grace(spec, current_app.config)
+            # A slot handed back whose job no worker took within the grace: its job was
+            # lost (a queue that lost its jobs), as a slot nobody claimed.
+            lost = [] if state.paused_at else ledger.schedules.handed_back(name, until)
             # Nobody owes a slot older than the newest one a scheduler took: no grace
             # (an operator's run-now is no scheduler's: its slot moves nothing).
             last = newest[name][0] if newest[name] else None
             if last is not None and last.initiator in (None, "schedule"):
                 until = max(until, min(now, last.slot - EPSILON))
-            found[name] = (_gap(spec, states[name], until), until)
+            found[name] = (sorted({*_gap(spec, state, until), *lost}), until)
     finally:
         ledger.session.rollback()
     return sum(

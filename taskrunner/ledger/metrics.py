@@ -30,10 +30,11 @@ runs' active and failed units, not the ledger's size); no read scans ``task_run_
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, extract, func, select
+from sqlalchemy import Row, case, extract, func, select, union_all
 from sqlalchemy.orm import Session
 
 from database import is_sqlite
@@ -45,7 +46,7 @@ from taskrunner.ledger.stale_rules import (
     joined_cutoffs,
     stale_reason,
 )
-from taskrunner.models import TaskRun, TaskRunUnit
+from taskrunner.models import ScheduleSlot, TaskRun, TaskRunUnit
 from taskrunner.types import RunStatus, UnitStatus
 
 STALE_REASONS = (WORKER_LOST, RUNNING_TOO_LONG, NEVER_STARTED)
@@ -233,3 +234,21 @@ class LedgerMetrics:
             )
             for type_, status, count, total, *counts in rows
         ]
+
+    def last_success(self, names: Iterable[str]) -> dict[str, Row]:
+        """Each of ``names``' newest slot that ran without raising: ``slot``, ``finished_at``.
+
+        Missed and paused rows are no run, and a slot still running has not succeeded yet.
+        """
+        looks = [
+            select(ScheduleSlot.name, ScheduleSlot.slot, ScheduleSlot.finished_at)
+            .where(ScheduleSlot.name == name, ScheduleSlot.outcome == "ok")
+            .order_by(ScheduleSlot.slot.desc())
+            .limit(1)
+            .subquery()
+            .select()
+            for name in names
+        ]
+        if not looks:
+            return {}
+        return {row.name: row for row in self.session.execute(union_all(*looks))}

@@ -30,6 +30,7 @@ from taskrunner.models import ScheduleSlot, ScheduleState
 MISSED = "missed"
 PAUSED = "paused"
 HANDED_BACK = "handed_back"
+NOT_TAKEN_AGAIN = "; not taken again within its grace"
 SLOT_COLUMNS = (
     ScheduleSlot.name,
     ScheduleSlot.slot,
@@ -160,15 +161,15 @@ class ScheduleSlots:
     def hand_back(self, name: str, slot: datetime, now: datetime | None = None) -> str | None:
         """A consumer stopping mid-body gives the slot back to be claimed again, unless the
         body's run is recorded (``slot_body``): that run's uuid then, nothing written."""
-        where = (ScheduleSlot.name == name, ScheduleSlot.slot == slot)
+        where, now = (ScheduleSlot.name == name, ScheduleSlot.slot == slot), now or utcnow()
         with write_transaction(self.session):
             run_uuid = self.session.execute(select(ScheduleSlot.run_uuid).where(*where)).scalar()
             if run_uuid is None:
-                reason = f"handed back on shutdown at {iso(now or utcnow())}; queued again"
+                reason = f"handed back on shutdown at {iso(now)}; queued again"
                 self.session.execute(
                     update(ScheduleSlot)
                     .where(*where, ScheduleSlot.outcome.is_(None))
-                    .values(outcome=HANDED_BACK, reason=reason)
+                    .values(outcome=HANDED_BACK, reason=reason, enqueued_at=now)
                     .execution_options(synchronize_session=False)
                 )
         return run_uuid
@@ -207,7 +208,8 @@ class ScheduleSlots:
         """Write ``slots`` as missed; the first of an episode raises its one event. The
         watch notes how far it looked (``watched_until``): its next turn starts there.
 
-        Returns how many were new (a slot claimed or marked meanwhile is left as it is).
+        Returns how many were new (a slot claimed or marked meanwhile is left as it is; one
+        still handed back, its job never taken again, is missed now).
         """
         if not slots and watched_until is None:
             return 0
@@ -238,7 +240,11 @@ class ScheduleSlots:
         table = ScheduleSlot.__table__
         stmt = (
             self._insert(ScheduleSlot)
-            .on_conflict_do_nothing(index_elements=["name", "slot"])
+            .on_conflict_do_update(
+                index_elements=["name", "slot"],
+                set_={"outcome": MISSED, "reason": table.c.reason + NOT_TAKEN_AGAIN},
+                where=table.c.outcome == HANDED_BACK,
+            )
             .returning(table.c.slot)
         )
         return [slot for row in rows if (slot := self.session.execute(stmt, row).scalar())]
@@ -305,6 +311,18 @@ class ScheduleSlots:
         )
         return set(rows.scalars())
 
+    def handed_back(self, name: str, enqueued_before: datetime) -> set[datetime]:
+        """The slots of ``name`` handed back, their job enqueued anew before ``enqueued_before``
+        and not taken since."""
+        rows = self.session.execute(
+            select(ScheduleSlot.slot).where(
+                ScheduleSlot.name == name,
+                ScheduleSlot.outcome == HANDED_BACK,
+                ScheduleSlot.enqueued_at < enqueued_before,
+            )
+        )
+        return set(rows.scalars())
+
     def claimed(self, name: str) -> list[Row]:
         """The slots of ``name`` a scheduler claimed, oldest first (the chaos run's check)."""
         rows = self.session.execute(
@@ -330,21 +348,3 @@ class ScheduleSlots:
         if not looks:
             return {}
         return {row.name: row.missed for row in self.session.execute(union_all(*looks))}
-
-    def last_success(self, names: Iterable[str]) -> dict[str, Row]:
-        """Each of ``names``' newest slot that ran without raising: ``slot``, ``finished_at``.
-
-        Missed and paused rows are no run, and a slot still running has not succeeded yet.
-        """
-        looks = [
-            select(ScheduleSlot.name, ScheduleSlot.slot, ScheduleSlot.finished_at)
-            .where(ScheduleSlot.name == name, ScheduleSlot.outcome == "ok")
-            .order_by(ScheduleSlot.slot.desc())
-            .limit(1)
-            .subquery()
-            .select()
-            for name in names
-        ]
-        if not looks:
-            return {}
-        return {row.name: row for row in self.session.execute(union_all(*looks))}

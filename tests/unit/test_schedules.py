@@ -445,3 +445,37 @@ def test_a_slot_whose_bodys_worker_is_gone_is_ended_failed_and_a_live_one_is_lef
     ledger.schedules.finish(SWEEP, now - timedelta(minutes=8), None, None)
     shown = dict(states(schedules.schedule(SWEEP, now=now)))
     assert shown[now - timedelta(minutes=8)] == "ok"
+
+
+def test_a_slot_handed_back_whose_job_never_comes_again_is_missed_after_its_grace(ctx, heard):
+    ran(SWEEP, T0)
+    schedules.watch(now=T0 + timedelta(seconds=1))
+    held = T0 + PERIOD
+    assert ledger.schedules.claim(SWEEP, held, "host-a:1", now=held)
+    stopped = held + timedelta(seconds=30)  # a deploy: handed back, its job enqueued anew
+    assert ledger.schedules.hand_back(SWEEP, held, now=stopped) is None
+
+    # The queue lost that job: no worker takes it. Within its grace it is still owed.
+    schedules.watch(now=stopped + GRACE - timedelta(seconds=1))
+    assert dict(states(schedules.schedule(SWEEP, now=stopped + GRACE)))[held] == "running"
+    assert heard == []
+
+    schedules.watch(now=stopped + GRACE + timedelta(seconds=1))
+    view = schedules.schedule(SWEEP, now=stopped + GRACE + timedelta(seconds=1))
+    [shown] = [slot for slot in view.slots if slot.slot_at == held]
+    assert shown.state == "missed"
+    assert shown.reason == (
+        f"handed back on shutdown at {stopped:%Y-%m-%dT%H:%M:%S}Z; queued again"
+        "; not taken again within its grace"
+    )
+    assert [event["name"] for event in heard] == ["tasks.schedule.missed"]
+    schedules.watch(now=stopped + GRACE + timedelta(seconds=2))
+    assert len(heard) == 1  # once
+
+    # The job found after all (a queue restored) still runs the slot, once.
+    late = stopped + GRACE + timedelta(seconds=5)
+    assert ledger.schedules.claim(SWEEP, held, "host-b:2", now=late)
+    assert not ledger.schedules.claim(SWEEP, held, "host-c:3", now=late)
+    ledger.schedules.finish(SWEEP, held, None, None, now=late)
+    assert dict(states(schedules.schedule(SWEEP, now=late)))[held] == "ok"
+    assert [event["name"] for event in heard][-1] == "tasks.schedule.recovered"
