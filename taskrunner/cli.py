@@ -13,7 +13,7 @@ from flask.cli import AppGroup
 
 from database import database_outage, iso
 from security.refusal import read_text, refuse, write_text
-from taskrunner import delivery, dispatch, operations, runner
+from taskrunner import delivery, dispatch, operations, periodic, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
@@ -294,9 +294,11 @@ def prune_command(days: int | None) -> None:
 
 @tasks_cli.command("detect-stuck")
 def detect_stuck_command() -> None:
-    """Run the stuck sweep once."""
-    count = ledger.sweeps.mark_stuck()
-    click.echo(f"{plural(count, 'unit')} newly stale")
+    """Run the stuck sweep once: stale units, missed schedule slots, lost slot bodies."""
+    swept = periodic.detect_stuck()
+    slots = ((swept.missed, "missed"), (swept.lost, "ended: worker lost"))
+    said = [f"{plural(n, 'schedule slot')} {what}" for n, what in slots if n]
+    click.echo(", ".join([f"{plural(swept.units, 'unit')} newly stale", *said]))
 
 
 @events_cli.command("parked")

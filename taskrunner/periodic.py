@@ -10,6 +10,7 @@ so a second host with periodic tasks on never runs a slot twice.
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from taskrunner import delivery, runner, schedules
 from taskrunner.ledger import Actor, ledger
@@ -27,15 +28,20 @@ def relay_events() -> None:
         logger.info("Relayed %d undelivered events", count)
 
 
+class Swept(NamedTuple):
+    units: int  # newly stale
+    missed: int  # schedule slots written missed
+    lost: int  # schedule slots whose body's worker is gone, ended failed
+
+
 # Every few minutes, hourly at most: a lost worker is found in minutes (docs/operations.md).
 @periodic("taskrunner.detect_stuck", Every("TASK_RUNNER_SWEEP_SECONDS"), timeout=300)
-def detect_stuck() -> None:
-    """The stuck sweep: stale units get one ``tasks.unit.stuck`` per episode, schedules'
-    unclaimed slots are written missed (one ``tasks.schedule.missed`` per episode), and
-    slots whose body's worker is gone are ended failed."""
-    ledger.sweeps.mark_stuck()
-    schedules.watch()
-    schedules.end_lost_bodies()
+def detect_stuck() -> Swept:
+    """The stuck sweep (also ``flask tasks detect-stuck``): stale units get one
+    ``tasks.unit.stuck`` per episode, schedules' unclaimed slots are written missed (one
+    ``tasks.schedule.missed`` per episode), and slots whose body's worker is gone are
+    ended failed."""
+    return Swept(ledger.sweeps.mark_stuck(), schedules.watch(), schedules.end_lost_bodies())
 
 
 @periodic("taskrunner.roll_throughput", Every("TASK_RUNNER_THROUGHPUT_SECONDS"), timeout=120)

@@ -479,3 +479,24 @@ def test_a_slot_handed_back_whose_job_never_comes_again_is_missed_after_its_grac
     ledger.schedules.finish(SWEEP, held, None, None, now=late)
     assert dict(states(schedules.schedule(SWEEP, now=late)))[held] == "ok"
     assert [event["name"] for event in heard][-1] == "tasks.schedule.recovered"
+
+
+def test_the_stuck_sweep_by_hand_ends_lost_slot_bodies_and_writes_missed_slots(ctx):
+    cli = ctx.test_cli_runner()
+    assert cli.invoke(args=["tasks", "detect-stuck"]).output == "0 units newly stale\n"
+    Presence(ctx, ["default"], "process", 1, Board(2)).beat()  # a live consumer here
+    now = utcnow()
+    killed = f"{socket.gethostname()}:{2**22 + 1}"  # one of its workers, killed mid-body
+    assert ledger.schedules.claim(SWEEP, now - PERIOD, killed, now=now - timedelta(minutes=5))
+    held = now - 3 * GRACE  # a deploy handed it back; the queue lost its job since
+    assert ledger.schedules.claim(SWEEP, held, killed, now=held)
+    assert ledger.schedules.hand_back(SWEEP, held, now=held) is None
+
+    swept = cli.invoke(args=["tasks", "detect-stuck"])
+
+    assert (swept.exit_code, swept.output) == (
+        0,
+        "0 units newly stale, 1 schedule slot missed, 1 schedule slot ended: worker lost\n",
+    )
+    shown = dict(states(schedules.schedule(SWEEP)))
+    assert (shown[now - PERIOD], shown[held]) == ("failed", "missed")
