@@ -270,13 +270,13 @@ def watch(now: datetime | None = None) -> int:
             until = now - _grace(spec, current_app.config)
             # A slot handed back whose job no worker took within the grace: its job was
             # lost (a queue that lost its jobs), as a slot nobody claimed.
-            lost = [] if state.paused_at else ledger.schedules.handed_back(name, until)
+            never_taken = [] if state.paused_at else ledger.schedules.handed_back(name, until)
             # Nobody owes a slot older than the newest one a scheduler took: no grace
             # (an operator's run-now is no scheduler's: its slot moves nothing).
             last = newest[name][0] if newest[name] else None
             if last is not None and last.initiator in (None, "schedule"):
                 until = max(until, min(now, last.slot - EPSILON))
-            found[name] = (sorted({*_gap(spec, state, until), *lost}), until)
+            found[name] = (sorted({*_gap(spec, state, until), *never_taken}), until)
     finally:
         ledger.session.rollback()
     return sum(

@@ -235,8 +235,8 @@ class ScheduleSlots:
         return len(new)
 
     def _insert_new(self, rows: list[dict]) -> list[datetime]:
-        """The slots of ``rows`` this insert wrote (one statement a row: the slots one watch
-        found unclaimed, a handful but after an outage)."""
+        """The slots of ``rows`` this insert wrote, or turned from handed back to missed (one
+        statement a row: the slots one watch found unclaimed, a handful but after an outage)."""
         table = ScheduleSlot.__table__
         stmt = (
             self._insert(ScheduleSlot)

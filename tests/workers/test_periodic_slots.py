@@ -38,6 +38,21 @@ def claim(name: str, slot: datetime) -> bool:
     return ledger.schedules.claim(name, slot, "test:1")
 
 
+def a_held_body(consumers: Consumers, worker_type: str | None = None, **env: str) -> tuple:
+    """A consumer with periodic tasks on, one worker, whose probe bodies hold; and the
+    slot row of the body it holds (in the app's context)."""
+    first = consumers.start(
+        "default", 1, worker_type, periodic=True, PERIODIC_PROBE_HOLD="120", **env
+    )
+    wait_for(
+        lambda: any(row.finished_at is None for row in claims(PROBE)),
+        timeout=60,
+        message="a probe's body holding",
+    )
+    [held] = [row for row in claims(PROBE) if row.finished_at is None]
+    return first, held
+
+
 def test_of_many_concurrent_claims_of_one_slot_exactly_one_wins(app):
     slot = datetime(2026, 1, 1, 10, 5)
     barrier = threading.Barrier(6)
@@ -97,15 +112,10 @@ def test_a_slot_whose_body_a_deploy_stops_runs_once_on_the_next_consumer(make_ap
     app = make_app(**SHORT_PERIODS)
     consumers = Consumers(app, tmp_path)
     extra = {"TASKLEDGER_EXTRA_MODULES": "tests.periodic_probe"}
-    first = consumers.start("default", workers=1, periodic=True, PERIODIC_PROBE_HOLD="120", **extra)
     try:
         with app.app_context():
-            wait_for(
-                lambda: any(row.finished_at is None for row in claims(PROBE)),
-                timeout=60,
-                message="a probe's body holding",
-            )
-            [held] = [row.slot for row in claims(PROBE) if row.finished_at is None]
+            first, held_row = a_held_body(consumers, **extra)
+            held = held_row.slot
             first.send_signal(signal.SIGTERM)  # a deploy stopping the consumer
             first.wait(timeout=30)
             [stopped] = [row for row in claims(PROBE) if row.slot == held]
@@ -138,17 +148,9 @@ def test_a_slot_whose_bodys_worker_is_killed_is_ended_failed_and_not_run_again(m
     app = make_app(**SHORT_PERIODS, **beats)
     consumers = Consumers(app, tmp_path)
     extra = {"TASKLEDGER_EXTRA_MODULES": "tests.periodic_probe", **beats}
-    first = consumers.start(
-        "default", 1, "process", periodic=True, PERIODIC_PROBE_HOLD="120", **extra
-    )
     try:
         with app.app_context():
-            wait_for(
-                lambda: any(row.finished_at is None for row in claims(PROBE)),
-                timeout=60,
-                message="a probe's body holding",
-            )
-            [held] = [row for row in claims(PROBE) if row.finished_at is None]
+            first, held = a_held_body(consumers, "process", **extra)
             worker = int(held.claimed_by.rpartition(":")[2])
             assert worker != first.pid
             os.kill(worker, signal.SIGKILL)  # the body's worker dies; its consumer lives
