@@ -230,6 +230,15 @@ def inline_app(make_app):
 
 
 @pytest.fixture
+def race_app(make_app):
+    """An app on PostgreSQL, in its context, for the threads of a forced race."""
+    require_postgres()
+    app = make_app()
+    with app.app_context():
+        yield app
+
+
+@pytest.fixture
 def ctx(app):
     with app.app_context():
         yield app

@@ -21,7 +21,7 @@ from taskrunner.contract import Refused, TaskUnit
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRun, TaskRunUnit
 from tasks.queues import queues
-from tests.conftest import BACKEND, require_postgres
+from tests.conftest import BACKEND
 from tests.interleave import Hold, InThread, meeting, wait_until_blocked_on_a_lock
 from tests.web.backoffice_support import finished_run
 
@@ -29,14 +29,6 @@ pytestmark = pytest.mark.skipif(BACKEND != "postgres", reason="forced with Postg
 
 REPEATS = 10
 PROBE = "diagnostics.probe"
-
-
-@pytest.fixture
-def race_app(make_app):
-    require_postgres()
-    app = make_app()
-    with app.app_context():
-        yield app
 
 
 def inserts_a_run(statement: str) -> bool:

@@ -22,7 +22,7 @@ from extensions import db
 from taskrunner import schedules
 from taskrunner.ledger import ledger
 from taskrunner.models import ScheduleSlot, ScheduleState
-from tests.conftest import BACKEND, require_postgres
+from tests.conftest import BACKEND
 from tests.interleave import Hold, InThread, wait_until_blocked_on_a_lock
 
 pytestmark = pytest.mark.skipif(BACKEND != "postgres", reason="forced with PostgreSQL row locks")
@@ -33,14 +33,6 @@ T0 = datetime(2026, 3, 1, 12, 0)
 PERIOD = timedelta(seconds=300)
 GRACE = timedelta(seconds=600)
 KILLED = "host-a:1"  # the claimer the sweep judges lost
-
-
-@pytest.fixture
-def race_app(make_app):
-    require_postgres()
-    app = make_app()
-    with app.app_context():
-        yield app
 
 
 def writes_a_slot(statement: str) -> bool:
