@@ -6,6 +6,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
+import click
 from flask import Flask
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from werkzeug.middleware.proxy_fix import ProxyFix
@@ -13,7 +14,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from config import Config, ConfigError, instance_path, read_secret_key
 from database import bind_clock, configure_engine, engine_options, name_connections
 from extensions import csrf, db, login_manager
-from startup import EntryCommands
+from startup import EntryCommands, refuse_config
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
@@ -22,6 +23,18 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     It reads config (the instance's key included) and writes nothing: logging and the
     key file are the entry points' (``startup``). Every piece of state is the app's own.
     """
+    try:
+        return build(config)
+    except ConfigError as exc:
+        if click.get_current_context(silent=True) is None:
+            raise
+        # Flask's command line builds the app inside click. Looking a command up, it lets
+        # this ClickException through (one line, exit 1); listing the commands (``flask
+        # --app app``, ``--help``), it prints it as a traceback and exits 0.
+        raise refuse_config(exc) from None
+
+
+def build(config: dict[str, Any] | None) -> Flask:
     instance = instance_path(config)
     app = Flask(__name__, instance_path=str(instance))
     app.cli = EntryCommands(app)

@@ -63,6 +63,15 @@ def test_a_bad_setting_is_one_error_line_naming_it_and_exit_1_in_the_cli(
     assert_one_error_line(done, setting, named)
 
 
+@pytest.mark.parametrize("asked", [["--help"], ["tasks", "--help"]])
+def test_a_bad_setting_is_one_error_line_and_exit_1_when_the_cli_lists_its_commands(
+    tmp_path, asked
+):
+    done = run(["-m", "flask", "--app", "app", *asked], tmp_path, ALERT_STALE_UNITS="abc")
+
+    assert_one_error_line(done, "ALERT_STALE_UNITS must be a whole number, got 'abc'")
+
+
 def test_a_log_file_that_cannot_be_written_is_one_error_line_naming_log_file(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()
