@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Flask
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from extensions import db
 
@@ -46,15 +46,20 @@ class Hold:
             if self.at == "commit":
                 self._armed = True
             else:
-                self._hold()
+                self._hold(conn)
 
     def _commit(self, conn) -> None:
         if self._mine() and self._armed:
-            self._hold()
+            self._hold(conn)
 
-    def _hold(self) -> None:
+    def _hold(self, conn: Connection) -> None:
         self.reached.set()
         if not self._go.wait(WAIT):
+            # Raised from the commit hook, the error leaves the transaction open at the
+            # server while the pool takes the connection back as reset: its locks would
+            # stay, and the fixture's cleanup wait on them forever instead of the test
+            # reporting why it failed. A closed connection ends the transaction.
+            conn.invalidate()
             raise TimeoutError(f"{self.name} was never released")
 
     def release(self) -> None:
