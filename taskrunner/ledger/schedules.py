@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from sqlalchemy import Row, delete, func, select, union_all, update
+from sqlalchemy import Row, delete, func, or_, select, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -31,6 +31,7 @@ MISSED = "missed"
 PAUSED = "paused"
 HANDED_BACK = "handed_back"
 NOT_TAKEN_AGAIN = "; not taken again within its grace"
+LOST = "worker lost: "  # how the stuck sweep's end of a slot reads
 SLOT_COLUMNS = (
     ScheduleSlot.name,
     ScheduleSlot.slot,
@@ -159,16 +160,18 @@ class ScheduleSlots:
                 state.missed_from, state.missed_slots = None, 0
 
     def hand_back(self, name: str, slot: datetime, now: datetime | None = None) -> str | None:
-        """A consumer stopping mid-body gives the slot back to be claimed again, unless the
-        body's run is recorded (``slot_body``): that run's uuid then, nothing written."""
+        """A consumer stopping mid-body gives the slot back to its job enqueued anew (also
+        one the stuck sweep misjudged lost: this body was alive), unless the body's run is
+        recorded (``slot_body``): that run's uuid then, nothing written."""
         where, now = (ScheduleSlot.name == name, ScheduleSlot.slot == slot), now or utcnow()
+        ended_lost = ScheduleSlot.reason.startswith(LOST)
         with write_transaction(self.session):
             run_uuid = self.session.execute(select(ScheduleSlot.run_uuid).where(*where)).scalar()
             if run_uuid is None:
                 reason = f"handed back on shutdown at {iso(now)}; queued again"
                 self.session.execute(
                     update(ScheduleSlot)
-                    .where(*where, ScheduleSlot.outcome.is_(None))
+                    .where(*where, or_(ScheduleSlot.outcome.is_(None), ended_lost))
                     .values(outcome=HANDED_BACK, reason=reason, enqueued_at=now)
                     .execution_options(synchronize_session=False)
                 )
@@ -188,7 +191,7 @@ class ScheduleSlots:
             for name, slot, claimer in self.session.execute(unended).all():
                 if not lost(claimer):
                     continue
-                reason = f"worker lost: {claimer} stopped running it; the next slot catches up"
+                reason = f"{LOST}{claimer} stopped running it; the next slot catches up"
                 ended += self.session.execute(
                     update(table)
                     .where(table.c.name == name, table.c.slot == slot, table.c.outcome.is_(None))
@@ -267,11 +270,8 @@ class ScheduleSlots:
     def prune(self, older_than: datetime) -> int:
         """Forget slots older than the retention (the schedules keep their states)."""
         with write_transaction(self.session):
-            return self.session.execute(
-                delete(ScheduleSlot)
-                .where(ScheduleSlot.slot < older_than)
-                .execution_options(synchronize_session=False)
-            ).rowcount
+            stmt = delete(ScheduleSlot.__table__).where(ScheduleSlot.slot < older_than)
+            return self.session.execute(stmt).rowcount
 
     # -- reads --------------------------------------------------------------------
 

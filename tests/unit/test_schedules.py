@@ -447,6 +447,33 @@ def test_a_slot_whose_bodys_worker_is_gone_is_ended_failed_and_a_live_one_is_lef
     assert shown[now - timedelta(minutes=8)] == "ok"
 
 
+def test_a_body_the_sweep_judged_lost_that_is_handed_back_after_all_is_run_again_once(
+    ctx, monkeypatch
+):
+    # The body's consumer was stopping (its row gone before the body's hand-back) or its
+    # beats had stalled: the stuck sweep ended the slot failed while the body still ran.
+    # The body's own hand-back is the truth: its job, enqueued anew, runs the slot.
+    name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
+    relayed: list[int] = []
+
+    def judged_lost_then_stopped() -> int:
+        ended = ledger.schedules.end_lost(utcnow() + PERIOD, lambda claimer: True)
+        assert [tuple(row) for row in ended] == [(name, due)]
+        raise huey_stop_interrupt()
+
+    monkeypatch.setattr("taskrunner.delivery.relay", judged_lost_then_stopped)
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [due.isoformat()]}))
+    waiting = schedules.schedule(name, now=due).last_slot
+    assert waiting.state == "running" and "handed back on shutdown" in waiting.reason
+
+    monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
+    huey.execute(huey.dequeue())
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.slot, row.outcome, row.reason) == (due, "ok", None)
+    assert relayed == [1] and huey.pending() == []
+
+
 def test_a_slot_handed_back_whose_job_never_comes_again_is_missed_after_its_grace(ctx, heard):
     ran(SWEEP, T0)
     schedules.watch(now=T0 + timedelta(seconds=1))
