@@ -3,11 +3,12 @@ PostgreSQL.
 
 The stuck sweep ends a slot whose worker it judged lost, and the watch writes a slot
 handed back whose job never came missed; each reads its rows first and writes them in a
-later statement, while the body may end or the job may claim its slot meanwhile. Each
-test holds one real session before a chosen statement (``tests/interleave.py``), lets the
-other commit, or wait for its lock, and asserts that nothing the other did is undone. On
-SQLite these interleavings cannot happen: each write holds the database lock from its
-first statement.
+later statement, while the body may end or hand its slot back (a body judged lost that
+was alive), or the job may claim its slot meanwhile. Each test holds one real session
+before a chosen statement (``tests/interleave.py``), lets the other commit, or wait for
+its lock, and asserts that nothing the other did is undone. On SQLite these
+interleavings cannot happen: each write holds the database lock from its first
+statement.
 """
 
 from __future__ import annotations
@@ -148,3 +149,39 @@ def test_a_late_job_waiting_for_the_watchs_lock_still_claims_the_slot_written_mi
         assert not ledger.schedules.claim(SWEEP, slot, "host-c:3", now=now)  # once
         ledger.schedules.finish(SWEEP, slot, None, None, now=now)
         assert missed_from() is None  # and its end closes it
+
+
+def test_a_hand_back_between_the_stuck_sweeps_read_and_its_write_stands(race_app):
+    for _ in range(REPEATS):
+        slot, now = claimed()
+
+        with Hold(db.engine, "sweep", writes_a_slot) as hold:
+            sweep = InThread(race_app, "sweep", end_lost, now)
+            hold.wait_reached()  # it read the slot unended, claimed by a lost worker
+            assert ledger.schedules.hand_back(SWEEP, slot, now=now) is None  # alive, stopping
+            hold.release()
+            ended = sweep.join()
+
+        assert (sweep.error, ended) == (None, [])
+        assert "handed back on shutdown" in shown(slot, now)[1]
+        assert ledger.schedules.claim(SWEEP, slot, "host-b:2", now=now)  # its job, once
+        assert not ledger.schedules.claim(SWEEP, slot, "host-c:3", now=now)
+
+
+def test_a_hand_back_waiting_for_the_stuck_sweeps_lock_still_hands_the_slot_back(race_app):
+    for _ in range(REPEATS):
+        slot, now = claimed()
+
+        with Hold(db.engine, "sweep", writes_a_slot, at="commit") as hold:
+            sweep = InThread(race_app, "sweep", end_lost, now)
+            hold.wait_reached()  # the slot is ended failed, not yet committed
+            body = InThread(race_app, "body", ledger.schedules.hand_back, SWEEP, slot, now=now)
+            wait_until_blocked_on_a_lock()
+            hold.release()
+            ended = sweep.join()
+            kept_run = body.join()
+
+        assert (sweep.error, body.error, len(ended), kept_run) == (None, None, 1, None)
+        assert "handed back on shutdown" in shown(slot, now)[1]
+        assert ledger.schedules.claim(SWEEP, slot, "host-b:2", now=now)  # its job, once
+        assert not ledger.schedules.claim(SWEEP, slot, "host-c:3", now=now)
