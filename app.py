@@ -24,7 +24,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     key file are the entry points' (``startup``). Every piece of state is the app's own.
     """
     try:
-        return build(config)
+        return _create_app(config)
     except ConfigError as exc:
         if click.get_current_context(silent=True) is None:
             raise
@@ -34,7 +34,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         raise refuse_config(exc) from None
 
 
-def build(config: dict[str, Any] | None) -> Flask:
+def _create_app(config: dict[str, Any] | None) -> Flask:
     instance = instance_path(config)
     app = Flask(__name__, instance_path=str(instance))
     app.cli = EntryCommands(app)

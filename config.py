@@ -24,9 +24,10 @@ SECRET_KEY_FILE = "secret_key"
 class ConfigError(click.ClickException, ValueError):
     """A setting this deployment cannot run with; its message names the setting.
 
-    A ``ClickException``: Flask's command line builds the app (and so meets this) inside
-    click, which then answers it as the README's command line says: one line on stderr,
-    exit 1, no traceback. The web and consumer entry points answer it themselves.
+    A ``ClickException``: met while a ``flask`` command is prepared (``startup``), click
+    answers it as the README's command line says: one line on stderr, exit 1, no
+    traceback. The app factory (under Flask's command line), the web and consumer entry
+    points answer it themselves (``startup.refuse_config``).
     """
 
     def show(self, file: IO[Any] | None = None) -> None:
