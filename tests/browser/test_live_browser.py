@@ -28,6 +28,7 @@ chromium = base.chromium
 EMAIL = "oncall@example.com"
 # Short streams, so the page meets the server's scheduled ends; one stream per session.
 SETTINGS = {"LIVE_STREAM_SECONDS": "2", "LIVE_POLL_SECONDS": "0.3", "LIVE_STREAMS_PER_SESSION": "1"}
+SECOND_STREAM = {"LIVE_STREAMS_PER_SESSION": "2"}
 SAID = """() => {
     const region = document.querySelector(".live-state");
     window.__said = [region.textContent];
@@ -111,7 +112,10 @@ def test_the_live_region_says_when_updates_stopped_and_why(app, server, chromium
     other.wait_for_selector(".live-bar[data-state=reconnecting]", timeout=30_000)
     assert other.inner_text(".live-state") == "Reconnecting…"
     assert other.evaluate(MARKER) == "none"
-    server.append(LiveServer(app, tmp_path, port=web.port, **SETTINGS))
+    # The killed server's lease on the session's one stream lapses only after LEASE_SECONDS
+    # (tests/web/test_web_tier.py): the server back allows a second, so the page's own
+    # reconnection is what this waits for.
+    server.append(LiveServer(app, tmp_path, port=web.port, **SETTINGS | SECOND_STREAM))
     other.wait_for_selector(".live-bar[data-state=live]", timeout=60_000)
 
     # The session ends (a password change): the page says so and offers the way back.
