@@ -45,10 +45,10 @@ class LedgerSlotKeeper:
         schedules.settle_gap(name, slot)
         ledger.schedules.finish(name, slot, reason, run_uuid)
 
-    def handed_back(self, name: str, slot: datetime) -> bool:
+    def handed_back(self, name: str, slot: datetime, host: str) -> bool:
         SLOT_BODY.set(None)
         _afresh()
-        run_uuid = ledger.schedules.hand_back(name, slot)
+        run_uuid = ledger.schedules.hand_back(name, slot, host)
         if run_uuid is not None:  # its run is recorded: the slot is the run's, not run again
             self.finished(name, slot, None, run_uuid)
         return run_uuid is None

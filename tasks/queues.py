@@ -259,19 +259,25 @@ class Queues:
                     # An operator's "run now" is asked for by hand: a pause does not hold it.
                     if initiator == "schedule" and slot_keeper.paused(pspec.name, at, host):
                         continue
-                    if not slot_keeper.claim(pspec.name, at, host, queued_at, initiator):
-                        logger.info(
-                            "Periodic %s, slot %s: skipped (claimed by another)", pspec.name, one
-                        )
-                        continue
+                    claimed = False
                     try:
+                        # A stop raises wherever the worker is: in the claim's transaction too.
+                        if not slot_keeper.claim(pspec.name, at, host, queued_at, initiator):
+                            logger.info(
+                                "Periodic %s, slot %s: skipped (claimed by another)",
+                                pspec.name,
+                                one,
+                            )
+                            continue
+                        claimed = True
                         result = pspec.fn(initiator=initiator) if pspec.starts else pspec.fn()
                     except BaseException as exc:
                         if consumer_stop(exc) is None:
-                            slot_keeper.finished(pspec.name, at, exc, None)
+                            if claimed:
+                                slot_keeper.finished(pspec.name, at, exc, None)
                             raise
                         # A deploy's stop: the slot runs again elsewhere, with those after it.
-                        again = slot_keeper.handed_back(pspec.name, at)
+                        again = slot_keeper.handed_back(pspec.name, at, host)
                         if rest := owed[index if again else index + 1 :]:
                             self._enqueue(pspec.name, rest, enqueued or one, initiator)
                         logger.warning(

@@ -5,11 +5,12 @@ the runner's ledger inserts the row (task name, slot) and its primary key lets o
 insert through, so every other consumer that enqueued the same slot finds it taken
 and skips. Two hosts with periodic tasks on (a standby started before the old host
 is gone, a host that came back) therefore never sweep twice. The claim is in the
-ledger's database, so it holds on every queue driver. A consumer stopping mid-body (a
-deploy's SIGTERM) hands the slot back: the keeper makes it claimable again and the
-job is enqueued anew for it and the slots it still owed. A slot whose body crashed
-(its worker or its host killed) is not run again: the next slot catches up (every
-periodic task is a catch-up sweep), and the runner's stuck sweep ends it failed.
+ledger's database, so it holds on every queue driver. A consumer stopping mid-body or
+mid-claim (a deploy's SIGTERM raises wherever the worker is) hands the slot back: the
+keeper makes it claimable again, if this worker holds it, and the job is enqueued anew
+for it and the slots it still owed. A slot whose body crashed (its worker or its host
+killed) is not run again: the next slot catches up (every periodic task is a catch-up
+sweep), and the runner's stuck sweep ends it failed.
 
 The wiring knows the keeper by this protocol only (it imports nothing of the runner);
 the runner binds its own when the app is made. The keeper also says whether a
@@ -43,9 +44,10 @@ class SlotKeeper(Protocol):
     ) -> None:
         """Record how the slot's body ended (``error``: what it raised)."""
 
-    def handed_back(self, name: str, slot: datetime) -> bool:
-        """The consumer stopped the slot's body: True when the slot may be claimed again
-        (the caller enqueues it anew); False when it is finished (its run was recorded)."""
+    def handed_back(self, name: str, slot: datetime, host: str) -> bool:
+        """The consumer stopped the slot's body (or its claim) on ``host``: True when the
+        slot may be claimed again (the caller enqueues it anew); False when it is finished
+        (its run was recorded). A slot another worker claimed is left as it is."""
 
 
 def worker_identity() -> str:

@@ -159,21 +159,23 @@ class ScheduleSlots:
                 self.writes.emit(outbox, event, None)
                 state.missed_from, state.missed_slots = None, 0
 
-    def hand_back(self, name: str, slot: datetime, now: datetime | None = None) -> str | None:
-        """A consumer stopping mid-body gives the slot back to its job enqueued anew (also
-        one the stuck sweep misjudged lost: this body was alive), unless the body's run is
-        recorded (``slot_body``): that run's uuid then, nothing written."""
-        where, now = (ScheduleSlot.name == name, ScheduleSlot.slot == slot), now or utcnow()
-        ended_lost = ScheduleSlot.reason.startswith(LOST)
+    def hand_back(
+        self, name: str, slot: datetime, claimer: str, now: datetime | None = None
+    ) -> str | None:
+        """A consumer stopping mid-body gives the slot ``claimer`` holds back to its job
+        enqueued anew (also one the stuck sweep misjudged lost: this body was alive), unless
+        the body's run is recorded (``slot_body``): that run's uuid then, nothing written."""
+        table, now = ScheduleSlot.__table__, now or utcnow()
+        mine = (table.c.name == name, table.c.slot == slot, table.c.claimed_by == claimer)
+        unended = or_(table.c.outcome.is_(None), table.c.reason.startswith(LOST))
         with write_transaction(self.session):
-            run_uuid = self.session.execute(select(ScheduleSlot.run_uuid).where(*where)).scalar()
+            run_uuid = self.session.execute(select(table.c.run_uuid).where(*mine)).scalar()
             if run_uuid is None:
                 reason = f"handed back on shutdown at {iso(now)}; queued again"
                 self.session.execute(
-                    update(ScheduleSlot)
-                    .where(*where, or_(ScheduleSlot.outcome.is_(None), ended_lost))
+                    update(table)
+                    .where(*mine, unended)
                     .values(outcome=HANDED_BACK, reason=reason, enqueued_at=now)
-                    .execution_options(synchronize_session=False)
                 )
         return run_uuid
 
@@ -210,10 +212,8 @@ class ScheduleSlots:
     ) -> int:
         """Write ``slots`` as missed; the first of an episode raises its one event. The
         watch notes how far it looked (``watched_until``): its next turn starts there.
-
         Returns how many were new (a slot claimed or marked meanwhile is left as it is; one
-        still handed back, its job never taken again, is missed now).
-        """
+        still handed back, its job never taken again, is missed now)."""
         if not slots and watched_until is None:
             return 0
         now = now or utcnow()

@@ -72,7 +72,7 @@ def claimed() -> tuple[datetime, datetime]:
 def handed_back() -> tuple[datetime, datetime]:
     """A slot handed back by a deploy; and a watch's time past its grace."""
     slot, _ = claimed()
-    assert ledger.schedules.hand_back(SWEEP, slot, now=slot) is None
+    assert ledger.schedules.hand_back(SWEEP, slot, KILLED, now=slot) is None
     return slot, slot + GRACE + timedelta(seconds=1)
 
 
@@ -158,7 +158,7 @@ def test_a_hand_back_between_the_stuck_sweeps_read_and_its_write_stands(race_app
         with Hold(db.engine, "sweep", writes_a_slot) as hold:
             sweep = InThread(race_app, "sweep", end_lost, now)
             hold.wait_reached()  # it read the slot unended, claimed by a lost worker
-            assert ledger.schedules.hand_back(SWEEP, slot, now=now) is None  # alive, stopping
+            assert ledger.schedules.hand_back(SWEEP, slot, KILLED, now=now) is None  # alive
             hold.release()
             ended = sweep.join()
 
@@ -175,7 +175,8 @@ def test_a_hand_back_waiting_for_the_stuck_sweeps_lock_still_hands_the_slot_back
         with Hold(db.engine, "sweep", writes_a_slot, at="commit") as hold:
             sweep = InThread(race_app, "sweep", end_lost, now)
             hold.wait_reached()  # the slot is ended failed, not yet committed
-            body = InThread(race_app, "body", ledger.schedules.hand_back, SWEEP, slot, now=now)
+            hand_back = ledger.schedules.hand_back
+            body = InThread(race_app, "body", hand_back, SWEEP, slot, KILLED, now=now)
             wait_until_blocked_on_a_lock()
             hold.release()
             ended = sweep.join()

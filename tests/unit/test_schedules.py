@@ -338,10 +338,62 @@ def test_a_run_started_within_a_sweeps_body_does_not_keep_its_slot_from_a_hand_b
     ]
 
 
+@pytest.mark.parametrize("committed", [True, False], ids=["after-its-commit", "before-it"])
+def test_a_deploys_stop_landing_in_the_slots_claim_hands_it_back_and_it_runs_once(
+    ctx, monkeypatch, committed
+):
+    # SIGTERM raises in a process worker wherever it is: in the claim's transaction too.
+    name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
+    relayed: list[int] = []
+    real_claim = slot_keeper.LedgerSlotKeeper.claim
+
+    def stopped_in_the_claim(self, *args) -> bool:
+        if committed:
+            assert real_claim(self, *args)
+        raise huey_stop_interrupt()
+
+    monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", stopped_in_the_claim)
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [due.isoformat()]}))
+    assert relayed == []
+    [again] = huey.pending()
+    assert again.kwargs["slots"] == [due.isoformat()]
+
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", real_claim)
+    huey.execute(huey.dequeue())
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.slot, row.outcome) == (due, "ok")
+    assert relayed == [1] and huey.pending() == []
+
+
+@pytest.mark.parametrize("ended", ["by-a-stop", "by-an-error"])
+def test_a_claim_another_worker_won_then_cut_short_leaves_its_slot_alone(ctx, monkeypatch, ended):
+    name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
+    assert ledger.schedules.claim(name, due, "host-b:2", now=due)  # it runs the body now
+    real_claim = slot_keeper.LedgerSlotKeeper.claim
+
+    def lost_the_claim_then_stopped(self, *args) -> bool:
+        assert not real_claim(self, *args)
+        raise huey_stop_interrupt() if ended == "by-a-stop" else RuntimeError("connection lost")
+
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", lost_the_claim_then_stopped)
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [due.isoformat()]}))
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.claimed_by, row.outcome) == ("host-b:2", None)  # still the other's, running
+
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", real_claim)
+    while huey.pending():
+        huey.execute(huey.dequeue())
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.claimed_by, row.outcome) == ("host-b:2", None)  # never claimed twice
+
+
 def test_a_slot_handed_back_then_paused_is_paused_when_its_job_comes_again(ctx):
     keeper = slot_keeper.LedgerSlotKeeper()
     assert keeper.claim(SWEEP, T0, "host-a:1", T0, "schedule")
-    assert keeper.handed_back(SWEEP, T0) is True
+    assert keeper.handed_back(SWEEP, T0, "host-a:1") is True
     schedule_actions.pause(SWEEP, Actor("ops@example.com", "cli"))
     assert keeper.paused(SWEEP, T0, "host-b:2")
     [row] = ledger.schedules.recent([SWEEP], 5)[SWEEP]
@@ -427,7 +479,7 @@ def test_a_slot_whose_bodys_worker_is_gone_is_ended_failed_and_a_live_one_is_lef
     for slot, (claimer, at) in claims.items():
         assert ledger.schedules.claim(SWEEP, slot, claimer, now=at)
     handed = now - timedelta(minutes=4)
-    assert ledger.schedules.hand_back(SWEEP, handed) is None
+    assert ledger.schedules.hand_back(SWEEP, handed, dead_worker) is None
 
     assert schedules.end_lost_bodies() == 2
     assert schedules.end_lost_bodies() == 0  # ended once
@@ -480,7 +532,7 @@ def test_a_slot_handed_back_whose_job_never_comes_again_is_missed_after_its_grac
     held = T0 + PERIOD
     assert ledger.schedules.claim(SWEEP, held, "host-a:1", now=held)
     stopped = held + timedelta(seconds=30)  # a deploy: handed back, its job enqueued anew
-    assert ledger.schedules.hand_back(SWEEP, held, now=stopped) is None
+    assert ledger.schedules.hand_back(SWEEP, held, "host-a:1", now=stopped) is None
 
     # The queue lost that job: no worker takes it. Within its grace it is still owed.
     schedules.watch(now=stopped + GRACE - timedelta(seconds=1))
@@ -517,7 +569,7 @@ def test_the_stuck_sweep_by_hand_ends_lost_slot_bodies_and_writes_missed_slots(c
     assert ledger.schedules.claim(SWEEP, now - PERIOD, killed, now=now - timedelta(minutes=5))
     held = now - 3 * GRACE  # a deploy handed it back; the queue lost its job since
     assert ledger.schedules.claim(SWEEP, held, killed, now=held)
-    assert ledger.schedules.hand_back(SWEEP, held, now=held) is None
+    assert ledger.schedules.hand_back(SWEEP, held, killed, now=held) is None
 
     swept = cli.invoke(args=["tasks", "detect-stuck"])
 
