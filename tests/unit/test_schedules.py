@@ -373,11 +373,11 @@ def test_a_claim_another_worker_won_then_cut_short_leaves_its_slot_alone(ctx, mo
     assert ledger.schedules.claim(name, due, "host-b:2", now=due)  # it runs the body now
     real_claim = slot_keeper.LedgerSlotKeeper.claim
 
-    def lost_the_claim_then_stopped(self, *args) -> bool:
+    def lost_the_claim_then_cut_short(self, *args) -> bool:
         assert not real_claim(self, *args)
         raise huey_stop_interrupt() if ended == "by-a-stop" else RuntimeError("connection lost")
 
-    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", lost_the_claim_then_stopped)
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", lost_the_claim_then_cut_short)
     huey, task_class = periodic_task(ctx, name)
     huey.execute(task_class(kwargs={"slots": [due.isoformat()]}))
     [row] = ledger.schedules.recent([name], 5)[name]
