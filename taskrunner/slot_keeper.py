@@ -39,8 +39,7 @@ class LedgerSlotKeeper:
         self, name: str, slot: datetime, error: BaseException | None, run_uuid: str | None
     ) -> None:
         SLOT_BODY.set(None)
-        if error is not None:
-            _afresh()
+        _afresh()  # whatever the body, or a first record a stop cut short, left open
         reason = redact(error) if error is not None else None
         schedules.settle_gap(name, slot)
         ledger.schedules.finish(name, slot, reason, run_uuid)

@@ -259,9 +259,10 @@ class Queues:
                     # An operator's "run now" is asked for by hand: a pause does not hold it.
                     if initiator == "schedule" and slot_keeper.paused(pspec.name, at, host):
                         continue
-                    claimed = False
+                    claimed = ran = False
                     try:
-                        # A stop raises wherever the worker is: in the claim's transaction too.
+                        # A stop raises wherever the worker is: in the claim's transaction
+                        # and in the record of the body's end too.
                         if not slot_keeper.claim(pspec.name, at, host, queued_at, initiator):
                             logger.info(
                                 "Periodic %s, slot %s: skipped (claimed by another)",
@@ -271,24 +272,28 @@ class Queues:
                             continue
                         claimed = True
                         result = pspec.fn(initiator=initiator) if pspec.starts else pspec.fn()
+                        ran, run_uuid = True, getattr(result, "uuid", None)
+                        slot_keeper.finished(pspec.name, at, None, run_uuid)
                     except BaseException as exc:
                         if consumer_stop(exc) is None:
-                            if claimed:
+                            if claimed and not ran:
                                 slot_keeper.finished(pspec.name, at, exc, None)
                             raise
-                        # A deploy's stop: the slot runs again elsewhere, with those after it.
-                        again = slot_keeper.handed_back(pspec.name, at, host)
+                        if ran:  # the body ran: its end is recorded, it is not run again
+                            slot_keeper.finished(pspec.name, at, None, run_uuid)
+                            again, said = False, "ran, its end recorded"
+                        else:
+                            # A deploy's stop: the slot runs again elsewhere.
+                            again = slot_keeper.handed_back(pspec.name, at, host)
+                            said = "handed back" if again else "stopped after its run was recorded"
+                        # The slots this job still owed run elsewhere too.
                         if rest := owed[index if again else index + 1 :]:
                             self._enqueue(pspec.name, rest, enqueued or one, initiator)
                         logger.warning(
-                            "Periodic %s, slot %s: %s on shutdown",
-                            pspec.name,
-                            one,
-                            "handed back" if again else "stopped after its run was recorded",
+                            "Periodic %s, slot %s: %s on shutdown", pspec.name, one, said
                         )
                         raise_if_stopping(exc)  # to Huey as the stop, whatever carried it
                         raise
-                    slot_keeper.finished(pspec.name, at, None, getattr(result, "uuid", None))
                     # After the body: a claim alone does not prove a run.
                     logger.info("Periodic %s, slot %s: ran", pspec.name, one)
 

@@ -8,7 +8,8 @@ is gone, a host that came back) therefore never sweep twice. The claim is in the
 ledger's database, so it holds on every queue driver. A consumer stopping mid-body or
 mid-claim (a deploy's SIGTERM raises wherever the worker is) hands the slot back: the
 keeper makes it claimable again, if this worker holds it, and the job is enqueued anew
-for it and the slots it still owed. A slot whose body crashed (its worker or its host
+for it and the slots it still owed; a body that ran has its end recorded, once more if
+the stop cut that record short. A slot whose body crashed (its worker or its host
 killed) is not run again: the next slot catches up (every periodic task is a catch-up
 sweep), and the runner's stuck sweep ends it failed.
 

@@ -367,6 +367,45 @@ def test_a_deploys_stop_landing_in_the_slots_claim_hands_it_back_and_it_runs_onc
     assert relayed == [1] and huey.pending() == []
 
 
+@pytest.mark.parametrize("committed", [True, False], ids=["after-its-commit", "before-it"])
+def test_a_deploys_stop_landing_in_the_record_of_a_bodys_end_records_it_once_more(
+    ctx, monkeypatch, committed
+):
+    # The body ran: its end is recorded (not handed back, which would run it twice), and
+    # the slot the job still owed after it is enqueued anew.
+    name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
+    later = due + timedelta(seconds=5)
+    relayed: list[int] = []
+    real_finished = slot_keeper.LedgerSlotKeeper.finished
+    records: list[datetime] = []
+
+    def stopped_in_the_first_record(self, name_, slot, error, run_uuid) -> None:
+        records.append(slot)
+        if len(records) > 1:
+            return real_finished(self, name_, slot, error, run_uuid)
+        if committed:
+            real_finished(self, name_, slot, error, run_uuid)
+        else:  # cut short mid-statement: a connection beyond a rollback
+            ledger.session.connection().connection.dbapi_connection.close()
+        raise huey_stop_interrupt()
+
+    monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "finished", stopped_in_the_first_record)
+    huey, task_class = periodic_task(ctx, name)
+    huey.execute(task_class(kwargs={"slots": [due.isoformat(), later.isoformat()]}))
+    assert relayed == [1] and records == [due, due]
+    [row] = ledger.schedules.recent([name], 5)[name]
+    assert (row.slot, row.outcome, row.reason) == (due, "ok", None)
+    [again] = huey.pending()
+    assert again.kwargs["slots"] == [later.isoformat()]
+
+    huey.execute(huey.dequeue())
+    ledger.session.rollback()  # a fresh look: the job ran in an app context of its own
+    rows = ledger.schedules.recent([name], 5)[name]
+    assert [(row.slot, row.outcome) for row in rows] == [(later, "ok"), (due, "ok")]
+    assert relayed == [1, 1] and huey.pending() == []
+
+
 @pytest.mark.parametrize("ended", ["by-a-stop", "by-an-error"])
 def test_a_claim_another_worker_won_then_cut_short_leaves_its_slot_alone(ctx, monkeypatch, ended):
     name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
