@@ -256,13 +256,13 @@ class Queues:
                 queued_at = datetime.fromisoformat(enqueued) if enqueued else None
                 for index, one in enumerate(owed):
                     at = datetime.fromisoformat(one)
-                    # An operator's "run now" is asked for by hand: a pause does not hold it.
-                    if initiator == "schedule" and slot_keeper.paused(pspec.name, at, host):
-                        continue
                     claimed = ran = False
                     try:
-                        # A stop raises wherever the worker is: in the claim's transaction
-                        # and in the record of the body's end too.
+                        # A stop raises wherever the worker is: in the pause check, the claim
+                        # and the record of the body's end too. An operator's "run now" is
+                        # asked for by hand: a pause does not hold it.
+                        if initiator == "schedule" and slot_keeper.paused(pspec.name, at, host):
+                            continue
                         if not slot_keeper.claim(pspec.name, at, host, queued_at, initiator):
                             logger.info(
                                 "Periodic %s, slot %s: skipped (claimed by another)",

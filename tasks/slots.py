@@ -5,8 +5,8 @@ the runner's ledger inserts the row (task name, slot) and its primary key lets o
 insert through, so every other consumer that enqueued the same slot finds it taken
 and skips. Two hosts with periodic tasks on (a standby started before the old host
 is gone, a host that came back) therefore never sweep twice. The claim is in the
-ledger's database, so it holds on every queue driver. A consumer stopping mid-body or
-mid-claim (a deploy's SIGTERM raises wherever the worker is) hands the slot back: the
+ledger's database, so it holds on every queue driver. A consumer stopping before or in
+the body (a deploy's SIGTERM raises wherever the worker is) hands the slot back: the
 keeper makes it claimable again, if this worker holds it, and the job is enqueued anew
 for it and the slots it still owed; a body that ran has its end recorded, once more if
 the stop cut that record short. A slot whose body crashed (its worker or its host

@@ -338,29 +338,33 @@ def test_a_run_started_within_a_sweeps_body_does_not_keep_its_slot_from_a_hand_b
     ]
 
 
-@pytest.mark.parametrize("committed", [True, False], ids=["after-its-commit", "before-it"])
-def test_a_deploys_stop_landing_in_the_slots_claim_hands_it_back_and_it_runs_once(
-    ctx, monkeypatch, committed
+@pytest.mark.parametrize(
+    ("step", "committed"),
+    [("paused", False), ("claim", False), ("claim", True)],
+    ids=["in-the-pause-check", "in-the-claim", "after-the-claims-commit"],
+)
+def test_a_deploys_stop_landing_before_the_body_hands_the_slot_back_and_it_runs_once(
+    ctx, monkeypatch, step, committed
 ):
-    # SIGTERM raises in a process worker wherever it is: in the claim's transaction too.
+    # SIGTERM raises in a process worker wherever it is: before the body too.
     name, due = "taskrunner.relay_events", utcnow().replace(microsecond=0)
     relayed: list[int] = []
-    real_claim = slot_keeper.LedgerSlotKeeper.claim
+    real_step = getattr(slot_keeper.LedgerSlotKeeper, step)
 
-    def stopped_in_the_claim(self, *args) -> bool:
+    def stopped(self, *args) -> bool:
         if committed:
-            assert real_claim(self, *args)
+            assert real_step(self, *args)
         raise huey_stop_interrupt()
 
     monkeypatch.setattr("taskrunner.delivery.relay", lambda: relayed.append(1) or 0)
-    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", stopped_in_the_claim)
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, step, stopped)
     huey, task_class = periodic_task(ctx, name)
     huey.execute(task_class(kwargs={"slots": [due.isoformat()]}))
     assert relayed == []
     [again] = huey.pending()
     assert again.kwargs["slots"] == [due.isoformat()]
 
-    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, "claim", real_claim)
+    monkeypatch.setattr(slot_keeper.LedgerSlotKeeper, step, real_step)
     huey.execute(huey.dequeue())
     [row] = ledger.schedules.recent([name], 5)[name]
     assert (row.slot, row.outcome) == (due, "ok")
