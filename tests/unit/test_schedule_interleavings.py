@@ -13,7 +13,9 @@ statement.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import delete
@@ -76,18 +78,31 @@ def handed_back() -> tuple[datetime, datetime]:
     return slot, slot + GRACE + timedelta(seconds=1)
 
 
+def sweep_meeting(race_app, at: datetime, meanwhile: Callable[..., Any], *args, **kwargs):
+    """The stuck sweep at ``at``, held between its read (the slot unended, claimed by a
+    lost worker) and its write while ``meanwhile(*args, **kwargs)`` commits: what the sweep
+    ended, and what ``meanwhile`` returned."""
+    with Hold(db.engine, "sweep", writes_a_slot) as hold:
+        sweep = InThread(race_app, "sweep", end_lost, at)
+        hold.wait_reached()
+        answer = meanwhile(*args, **kwargs)
+        hold.release()
+        ended = sweep.join()
+    assert sweep.error is None
+    return ended, answer
+
+
+def taken_once_by_its_job(slot: datetime, now: datetime) -> None:
+    assert ledger.schedules.claim(SWEEP, slot, "host-b:2", now=now)
+    assert not ledger.schedules.claim(SWEEP, slot, "host-c:3", now=now)
+
+
 def test_a_body_ending_between_the_stuck_sweeps_read_and_its_write_keeps_its_end(race_app):
     for _ in range(REPEATS):
         slot, now = claimed()
 
-        with Hold(db.engine, "sweep", writes_a_slot) as hold:
-            sweep = InThread(race_app, "sweep", end_lost, now)
-            hold.wait_reached()  # it read the slot unended, claimed by a lost worker
-            ledger.schedules.finish(SWEEP, slot, None, "run-1", now=now)  # the body ends
-            hold.release()
-            ended = sweep.join()
-
-        assert (sweep.error, ended) == (None, [])
+        ends = ledger.schedules.finish  # the body ends
+        assert sweep_meeting(race_app, now, ends, SWEEP, slot, None, "run-1", now=now)[0] == []
         assert shown(slot, now) == ("ok", None)
 
 
@@ -155,17 +170,11 @@ def test_a_hand_back_between_the_stuck_sweeps_read_and_its_write_stands(race_app
     for _ in range(REPEATS):
         slot, now = claimed()
 
-        with Hold(db.engine, "sweep", writes_a_slot) as hold:
-            sweep = InThread(race_app, "sweep", end_lost, now)
-            hold.wait_reached()  # it read the slot unended, claimed by a lost worker
-            assert ledger.schedules.hand_back(SWEEP, slot, KILLED, now=now) is None  # alive
-            hold.release()
-            ended = sweep.join()
-
-        assert (sweep.error, ended) == (None, [])
+        hands_back = ledger.schedules.hand_back  # the body, alive, stopping
+        ended, kept_run = sweep_meeting(race_app, now, hands_back, SWEEP, slot, KILLED, now=now)
+        assert (ended, kept_run) == ([], None)
         assert "handed back on shutdown" in shown(slot, now)[1]
-        assert ledger.schedules.claim(SWEEP, slot, "host-b:2", now=now)  # its job, once
-        assert not ledger.schedules.claim(SWEEP, slot, "host-c:3", now=now)
+        taken_once_by_its_job(slot, now)
 
 
 def test_a_hand_back_waiting_for_the_stuck_sweeps_lock_still_hands_the_slot_back(race_app):
@@ -184,5 +193,4 @@ def test_a_hand_back_waiting_for_the_stuck_sweeps_lock_still_hands_the_slot_back
 
         assert (sweep.error, body.error, len(ended), kept_run) == (None, None, 1, None)
         assert "handed back on shutdown" in shown(slot, now)[1]
-        assert ledger.schedules.claim(SWEEP, slot, "host-b:2", now=now)  # its job, once
-        assert not ledger.schedules.claim(SWEEP, slot, "host-c:3", now=now)
+        taken_once_by_its_job(slot, now)
