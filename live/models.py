@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, String
+from sqlalchemy import BigInteger, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from database import utcnow
@@ -23,7 +23,9 @@ class LiveStream(db.Model):
     """One open event stream and who holds it (an operator's session, by a digest).
 
     The row is a lease: its stream renews ``seen_at`` while it runs and deletes the row
-    when it ends; a row whose process died lapses after ``streams.LEASE_SECONDS``.
+    when it ends; a row whose process died lapses after ``streams.LEASE_SECONDS``, or at
+    once when a process of the same host (``host``: its machine and process namespace)
+    finds that ``pid`` is gone.
     """
 
     __tablename__ = "live_streams"
@@ -32,3 +34,5 @@ class LiveStream(db.Model):
     holder: Mapped[str] = mapped_column(String(64), index=True)
     opened_at: Mapped[datetime] = mapped_column(default=utcnow)
     seen_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    host: Mapped[str | None] = mapped_column(String(191))
+    pid: Mapped[int | None] = mapped_column(Integer)

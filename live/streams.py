@@ -10,6 +10,9 @@ An open stream holds one request thread of its process (gunicorn's threaded work
   every process and host together, counted in the database (a lease row per open
   stream, ``live_streams``), so one operator's tabs cannot take every stream slot.
 
+A process killed outright never deletes its leases: they lapse after ``LEASE_SECONDS``,
+and sooner when a process of the same host finds the one that held them gone.
+
 A stream over either cap is refused (429 with ``Retry-After``) before it takes anything.
 An admitted stream polls: at every poll it asks whether its session still lives (a
 sign-out, an expiry or a password change ends it with ``ended``), probes what its page
@@ -22,13 +25,17 @@ another process, during a deploy). A database outage ends it with ``unavailable`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from flask import Flask, current_app
 from sqlalchemy import delete, func, select, update
@@ -156,14 +163,65 @@ def _lease(holder: str, limit: int, now: datetime) -> str | None:
             db.session.execute(select(func.pg_advisory_xact_lock(_lock_key(holder))))
         lapsed = now - timedelta(seconds=LEASE_SECONDS)
         db.session.execute(delete(LiveStream).where(LiveStream.seen_at < lapsed))
+        _drop_leases_of_gone_processes()
         held = db.session.scalar(
             select(func.count()).select_from(LiveStream).where(LiveStream.holder == holder)
         )
         if held >= limit:
             return None
         lease = secrets.token_hex(16)
-        db.session.add(LiveStream(id=lease, holder=holder, opened_at=now, seen_at=now))
+        db.session.add(
+            LiveStream(
+                id=lease,
+                holder=holder,
+                opened_at=now,
+                seen_at=now,
+                host=this_host(),
+                pid=os.getpid(),
+            )
+        )
     return lease
+
+
+@functools.cache
+def this_host() -> str:
+    """Where a pid names one process: this machine's boot and this process namespace
+    (containers on one kernel may share a host name, never their pids)."""
+    marks = [socket.gethostname()]
+    try:
+        marks.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+        marks.append(os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        pass  # not Linux: the host name alone
+    return ":".join(marks)[:191]
+
+
+def _drop_leases_of_gone_processes() -> None:
+    """A web process killed outright (out of memory, gunicorn's worker timeout) left its
+    leases behind: a process of its host drops them now rather than after the lapse."""
+    host = this_host()
+    pids = db.session.scalars(
+        select(LiveStream.pid)
+        .distinct()
+        .where(LiveStream.host == host, LiveStream.pid != os.getpid())
+    )
+    gone = [pid for pid in pids if not _alive(pid)]
+    if gone:
+        db.session.execute(
+            delete(LiveStream).where(LiveStream.host == host, LiveStream.pid.in_(gone))
+        )
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process's id: only the lapse may judge it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _lock_key(holder: str) -> int:

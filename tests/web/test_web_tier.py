@@ -12,20 +12,26 @@ The "within 2 s" and "within seconds" bounds are client timeouts of functional c
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 from contextlib import ExitStack
 from datetime import timedelta
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from accounts import sessions
 from accounts.services import set_password
 from database import utcnow
 from extensions import db
+from harness import process_tree
 from live import streams
+from live.models import LiveStream
 from taskrunner.contract import TaskUnit
 from taskrunner.ledger import ledger
 from tests.live_server import LiveServer
@@ -56,8 +62,8 @@ def running_run(app) -> str:
 def servers(app, tmp_path):
     started: list[LiveServer] = []
 
-    def start(**settings: str) -> LiveServer:
-        server = LiveServer(app, tmp_path, **{**LONG_STREAMS, **settings})
+    def start(workers: int = 2, **settings: str) -> LiveServer:
+        server = LiveServer(app, tmp_path, workers, **{**LONG_STREAMS, **settings})
         started.append(server)
         return server
 
@@ -197,6 +203,32 @@ def test_the_course_builders_stream_counts_and_ends_like_the_run_pages(app, serv
         assert build_page.until("ended").rstrip().endswith('{"reason": "session"}')
 
 
+def test_a_killed_workers_streams_are_given_back_at_once_to_its_hosts_next_process(
+    app, servers, running_run
+):
+    # An out-of-memory kill or gunicorn's worker timeout: the worker never deletes its
+    # leases. Were they left to lapse (30 s), this session, at its one stream, would be
+    # refused by the worker that replaces it.
+    server = servers(LIVE_STREAMS_PER_SESSION="1", workers=1)
+    cookie = server.sign_in(EMAIL, PASSWORD)
+    path = f"/backoffice/task-runs/{running_run}/stream"
+    (worker,) = process_tree(server.process.pid)[1:]
+    with ExitStack() as stack:
+        web = stack.enter_context(client(server, cookie))
+        assert open_stream(stack, web, path).status_code == 200
+        os.kill(worker, signal.SIGKILL)
+        wait_for(
+            lambda: process_tree(server.process.pid)[1:] not in ([], [worker]),
+            timeout=30,
+            message="gunicorn's next worker",
+        )
+        with client(server, cookie) as again:
+            opened = open_stream(stack, again, path)
+            assert opened.status_code == 200, opened.headers
+    with app.app_context():
+        wait_for(lambda: streams.open_streams() == 0, timeout=20, message="every lease back")
+
+
 def test_a_stopping_worker_ends_its_streams_at_once_and_the_server_stops(servers, running_run):
     server = servers()
     cookie = server.sign_in(EMAIL, PASSWORD)
@@ -277,6 +309,30 @@ def test_a_lease_whose_process_died_lapses(make_app):
             streams.admit("a session")
         later = utcnow() + timedelta(seconds=streams.LEASE_SECONDS + 1)
         streams.admit("a session", now=later).close()
+
+
+def test_a_lease_is_dropped_at_once_only_when_its_own_host_finds_its_process_gone(make_app):
+    app = make_app(LIVE_STREAMS_PER_SESSION=1)
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    with app.test_request_context():
+        for host, pid, dropped in [
+            ("another host", gone.pid, False),  # its pids are not this host's to judge
+            (streams.this_host(), os.getppid(), False),  # alive
+            (None, gone.pid, False),  # written before leases named their process
+            (streams.this_host(), gone.pid, True),
+        ]:
+            held = streams.admit("a session")
+            db.session.execute(update(LiveStream).values(host=host, pid=pid))
+            db.session.commit()
+            if dropped:
+                streams.admit("a session").close()
+            else:
+                with pytest.raises(streams.StreamsBusy):
+                    streams.admit("a session")
+            held.close()
+        assert streams.open_streams() == 0
+        assert streams.process_streams(app).open == 0
 
 
 def test_admissions_racing_for_one_session_never_exceed_its_cap(make_app):
