@@ -22,16 +22,22 @@ def _clean(value: str, keep: str = "") -> str:
     return value
 
 
+def exact(name: str, max_length: int = MAX_TEXT) -> str | None:
+    """The parameter as sent; empty is absent. For what names a stored value (a unit key,
+    a cursor): a key may begin or end with spaces, and trimmed it names another unit."""
+    raw = request.args.get(name, "")
+    if len(raw) > max_length:
+        abort(400, description=f"{name} is longer than {max_length} characters")
+    return _clean(raw) or None
+
+
 def text(name: str, max_length: int = MAX_TEXT) -> str | None:
     """The parameter with surrounding spaces trimmed; blank is absent.
 
     Length and control characters are checked on the value as sent, before trimming,
     as the OpenAPI documents describe it.
     """
-    raw = request.args.get(name, "")
-    if len(raw) > max_length:
-        abort(400, description=f"{name} is longer than {max_length} characters")
-    return _clean(raw).strip() or None
+    return (exact(name, max_length) or "").strip() or None
 
 
 def checked_reason(raw: str) -> str:
@@ -46,8 +52,9 @@ def checked_reason(raw: str) -> str:
 
 
 def reason() -> str | None:
-    """The ``reason`` filter, trimmed; blank is absent."""
-    return checked_reason(request.args.get("reason", "")).strip() or None
+    """The ``reason`` filter as sent (a reason may end in a space or a newline); empty is
+    absent."""
+    return checked_reason(request.args.get("reason", "")) or None
 
 
 def choice(name: str, allowed: tuple[str, ...]) -> str | None:
@@ -99,7 +106,11 @@ def tenant(name: str = "tenant") -> int | None:
 
 
 def cursor(name: str = "cursor") -> str | None:
-    return text(name, max_length=MAX_TEXT + 40)
+    return exact(name, max_length=MAX_TEXT + 40)
+
+
+def unit_key(name: str = "key") -> str | None:
+    return exact(name)
 
 
 def run_uuid_or_404(value: str) -> str:

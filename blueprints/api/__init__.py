@@ -59,7 +59,7 @@ def units(run_uuid: str):
 @permission_required(VIEW)
 def unit(run_uuid: str):
     # The key is a query parameter: a unit key never travels in a path (blueprints/unit_keys).
-    run, key = run_or_404(run_uuid), params.text("key")
+    run, key = run_or_404(run_uuid), params.unit_key()
     if not key:
         abort(400, description="give the unit's key")
     detail = operations.unit_detail(run, key)
@@ -91,7 +91,7 @@ def stale_units():
 @bp.get("/units")
 @permission_required(VIEW)
 def history():
-    key, tenant = params.text("key"), params.tenant()
+    key, tenant = params.unit_key(), params.tenant()
     if (key is None) == (tenant is None):
         abort(400, description="give exactly one of key and tenant")
     page = paged(

@@ -218,7 +218,7 @@ def parked_events():
 @bp.get("/units")
 @permission_required(VIEW)
 def history():
-    key, tenant, limit = params.text("key"), params.tenant(), params.limit()
+    key, tenant, limit = params.unit_key(), params.tenant(), params.limit()
     if key is not None and tenant is not None:
         abort(400, description="give either key or tenant, not both")
     page = None
