@@ -20,17 +20,20 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 
 from database import is_sqlite, utcnow, write_transaction
+from diagnostics.probe import check_counts
 from extensions import db
-from taskrunner.contract import TaskOptions, TaskUnit, UnitJob
+from taskrunner.contract import ContextError, TaskOptions, TaskUnit, UnitJob, check_context
 
 TYPE = "diagnostics.effects"
+CONTEXT = {"units": int, "sleep_ms": int, "batch": str}
+BATCH_LENGTH = 64
 
 
 class DiagnosticEffect(db.Model):
     __tablename__ = "diagnostic_effects"
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    batch: Mapped[str] = mapped_column(String(64))
+    batch: Mapped[str] = mapped_column(String(BATCH_LENGTH))
     unit_key: Mapped[str] = mapped_column(String(191))
     executions: Mapped[int] = mapped_column(Integer, default=1)
     first_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -72,6 +75,13 @@ def effect_summary(batch: str) -> dict[str, Any]:
 class EffectsTask:
     def type(self) -> str:
         return TYPE
+
+    def validate(self, context: Mapping[str, Any]) -> None:
+        """Whole numbers of units and milliseconds, none negative; a batch its column holds."""
+        check_context(TYPE, context, optional=CONTEXT)
+        check_counts(TYPE, context, ("units", "sleep_ms"))
+        if len(context.get("batch", "")) > BATCH_LENGTH:
+            raise ContextError(f"{TYPE}: the context key 'batch' is over {BATCH_LENGTH} characters")
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         for i in range(1, int(context.get("units") or 0) + 1):

@@ -11,7 +11,7 @@ The same unit fails the same way on every attempt.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
@@ -40,6 +40,15 @@ class ProbeFailed(TaskReportableError):
     pass
 
 
+def check_counts(type_: str, context: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """None of ``keys`` negative (whole numbers, checked before), at most ``MAX_UNITS`` units."""
+    for key in keys:
+        if context.get(key, 0) < 0:
+            raise ContextError(f"{type_}: the context key {key!r} must not be negative")
+    if context.get("units", 0) > MAX_UNITS:
+        raise ContextError(f"{type_}: at most {MAX_UNITS:,} units, not {context['units']:,}")
+
+
 def _number(context: Mapping[str, Any], key: str) -> int:
     value = context.get(key) or 0
     return int(value)
@@ -61,13 +70,7 @@ class ProbeTask:
     def validate(self, context: Mapping[str, Any]) -> None:
         """Whole numbers of the keys it reads, none negative; anything else is refused."""
         check_context(self.type(), context, optional=CONTEXT)
-        for key, value in context.items():
-            if value < 0:
-                raise ContextError(f"{self.type()}: the context key {key!r} must not be negative")
-        if context.get("units", 0) > MAX_UNITS:
-            raise ContextError(
-                f"{self.type()}: at most {MAX_UNITS:,} units, not {context['units']:,}"
-            )
+        check_counts(self.type(), context, CONTEXT)
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         for i in range(1, _number(context, "units") + 1):

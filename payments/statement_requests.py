@@ -14,25 +14,21 @@ from sqlalchemy import select
 
 from asyncrequests import platform as async_requests
 from asyncrequests.platform import RequestView
-from database import utcnow
 from extensions import db
 from payments.models import Statement
 from payments.statements import (
+    MAX_ID,
     STATEMENT_KIND,
     TYPE,
     StatementError,
+    check_ended,
     eligible_tenants,
-    parse_period,
-    period_end,
     statement_result,
     unit_key,
 )
 from taskrunner.contract import ContextError, start_run, unit_in_flight
 
 logger = logging.getLogger(__name__)
-
-# Ids beyond a signed 64-bit integer cannot exist; asking the database would fail.
-MAX_ID = 2**63 - 1
 
 
 class StatementsUnavailable(StatementError):
@@ -41,9 +37,7 @@ class StatementsUnavailable(StatementError):
 
 def request_statement(tenant_id: int, period: str) -> tuple[RequestView, bool]:
     """Open (or return) the tenant's request for ``period``; return it and whether it is new."""
-    parse_period(period)
-    if period_end(period) > utcnow():
-        raise StatementError(f"the period {period} has not ended yet")
+    check_ended(period)
     statement = _statement_for_period(tenant_id, period)
     if statement is not None:
         # Settles a request left pending by a job that made the statement but died after.

@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from asyncrequests import platform as async_requests
-from database import is_sqlite
+from database import is_sqlite, utcnow
 from extensions import db
 from payments.models import Statement
 from security.echo import echo
@@ -37,6 +37,10 @@ STATEMENT_KIND = "payments.statement"
 PERIOD = re.compile(r"(\d{4})-(0[1-9]|1[0-2])", re.ASCII)
 
 
+# Ids beyond a signed 64-bit integer cannot exist; asking the database would fail.
+MAX_ID = 2**63 - 1
+
+
 class StatementError(TaskReportableError):
     pass
 
@@ -47,6 +51,13 @@ def parse_period(period: str) -> date:
     if not match or not 1 <= int(match[1]) <= 9998:
         raise StatementError(f"period must be YYYY-MM, not {echo(period or '')}")
     return date(int(match[1]), int(match[2]), 1)
+
+
+def check_ended(period: str) -> None:
+    """A statement is written once and kept: one for a month still running would stand for
+    good short of that month's end."""
+    if period_end(period) > utcnow():
+        raise StatementError(f"the period {period} has not ended yet")
 
 
 def period_end(period: str) -> datetime:
@@ -131,10 +142,10 @@ class MonthlyStatementsTask:
         """A period (``YYYY-MM``), and a tenant for a one-tenant run; nothing else."""
         check_context(TYPE, context, required={"period": str}, optional={"tenant_id": int})
         try:
-            parse_period(context["period"])
+            check_ended(context["period"])
         except StatementError as exc:
             raise ContextError(f"{TYPE}: {exc}") from None
-        if context.get("tenant_id", 1) < 1:
+        if not 1 <= context.get("tenant_id", 1) <= MAX_ID:
             raise ContextError(f"{TYPE}: the context key 'tenant_id' must be a tenant id")
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
@@ -158,7 +169,7 @@ def start_monthly_statements(period: str, initiator: str = "cli") -> Any:
     """Start the sweep for ``period`` (YYYY-MM)."""
     from taskrunner.contract import start_run
 
-    parse_period(period)
+    check_ended(period)
     return start_run(TYPE, {"period": period}, initiator)
 
 
@@ -170,5 +181,6 @@ def start_monthly_statements(period: str, initiator: str = "cli") -> Any:
 )
 def monthly_statements(initiator: str = "schedule") -> Any:
     """Monthly: statements for the month that just ended; returns the run's handle."""
-    last_month = date.today().replace(day=1) - timedelta(days=1)
+    # The month that ended in UTC, as Huey's crontab reads the clock and periods end.
+    last_month = utcnow().date().replace(day=1) - timedelta(days=1)
     return start_monthly_statements(last_month.strftime("%Y-%m"), initiator)

@@ -153,12 +153,15 @@ def test_retry_and_cancel_accept_the_uppercase_uuid_that_status_accepts(cli):
     assert "3 units skipped" in cancelled.stdout
 
 
-def test_a_context_its_type_cannot_make_units_from_is_refused_with_no_run(app, cli, caplog):
+def test_a_context_its_type_cannot_make_units_from_is_refused_with_no_run(
+    app, cli, caplog, controlled
+):
+    # A type that checks no context of its own: making its units is where it fails.
     result = cli.invoke(
-        args=["tasks", "start", "diagnostics.effects", "--context", '{"units": "abc"}']
+        args=["tasks", "start", "tests.controlled", "--context", '{"units": "abc"}']
     )
 
-    assert_refused(result, "error: diagnostics.effects could not make its units")
+    assert_refused(result, "error: tests.controlled could not make its units")
     assert "dispatch failed" not in result.stderr
     assert runs(app) == 0
     ref = re.search(r"ref ([0-9a-f]{8})", result.stderr).group(1)

@@ -65,6 +65,36 @@ def runs() -> int:
         ),
         (
             "payments.monthly_statements",
+            {"period": "9990-01"},
+            "error: payments.monthly_statements: the period 9990-01 has not ended yet",
+        ),
+        (
+            "payments.monthly_statements",
+            {"period": "2026-01", "tenant_id": 10**23},
+            "error: payments.monthly_statements: the context key 'tenant_id' must be a tenant id",
+        ),
+        (
+            "diagnostics.effects",
+            {"units": 10**12},
+            "error: diagnostics.effects: at most 10,000,000 units, not 1,000,000,000,000",
+        ),
+        (
+            "diagnostics.effects",
+            {"units": 3, "sleep_ms": -5},
+            "error: diagnostics.effects: the context key 'sleep_ms' must not be negative",
+        ),
+        (
+            "diagnostics.effects",
+            {"units": "3"},
+            "error: diagnostics.effects: the context key 'units' must be a whole number, not str",
+        ),
+        (
+            "diagnostics.effects",
+            {"units": 3, "batch": "b" * 65},
+            "error: diagnostics.effects: the context key 'batch' is over 64 characters",
+        ),
+        (
+            "payments.monthly_statements",
             {"period": "2026-01", "tenant": 4},
             "error: payments.monthly_statements has no context key 'tenant' (it reads "
             "period, tenant_id)",

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from datetime import datetime
 
+import pytest
 from sqlalchemy import func, select
 
+from database import utcnow
 from extensions import db
+from harness import ROOT
 from payments.models import Statement
 from payments.statements import eligible_tenants, generate_statement
 from taskrunner.ledger import ledger
+from taskrunner.models import TaskRun
 from tenancy.models import Tenant
 
 
@@ -68,3 +76,36 @@ def test_a_malformed_period_is_a_usage_error(cli):
 
     assert result.exit_code == 2
     assert "YYYY-MM" in result.stderr
+
+
+def test_a_period_not_ended_is_a_usage_error_and_starts_nothing(app, cli):
+    this_month = utcnow().strftime("%Y-%m")
+    for period in (this_month, "9990-01"):
+        result = cli.invoke(args=["payments", "generate-monthly-statements", "--period", period])
+
+        assert result.exit_code == 2, result.output
+        assert f"the period {period} has not ended yet" in result.stderr
+    with app.app_context():
+        assert db.session.scalar(select(func.count()).select_from(TaskRun)) == 0
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="Debian's faketime is needed")
+def test_the_monthly_schedule_starts_the_month_that_ended_in_utc_whatever_the_hosts_zone():
+    # Huey fires the crontab at 02:00 UTC on the 1st: in New York it is still the 30th
+    # of the month before, whose local "last month" is the one before that again.
+    body = (
+        "import payments.statements as s;"
+        "s.start_monthly_statements = lambda period, initiator: print(period);"
+        "s.monthly_statements()"
+    )
+    started = subprocess.run(
+        ["faketime", "2026-11-30 21:30:00", sys.executable, "-c", body],
+        env={**os.environ, "TZ": "America/New_York"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.split() == ["2026-11"]
