@@ -24,7 +24,7 @@ from flask.cli import AppGroup
 
 from config import ConfigError, ensure_secret_key
 from database import database_outage
-from security.echo import error_line
+from security.echo import echo, error_line
 from security.files import tighten_dir
 from security.logs import configure_logging
 
@@ -114,15 +114,33 @@ def enable_migrations(app: Flask) -> None:
 
 def outage_guarded(command: click.Command) -> click.Command:
     """A copy of ``command`` (with its subcommands) whose database outage is one line on
-    stderr and exit 1 instead of a traceback; the command itself is left as it was."""
+    stderr and exit 1 instead of a traceback, and whose arguments are text; the command
+    itself is left as it was."""
     guarded = copy.copy(command)
     guarded.__class__ = _guarded_class(type(command))
     return guarded
 
 
+def _utf8(arg: str) -> bool:
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @functools.cache
 def _guarded_class(base: type[click.Command]) -> type[click.Command]:
     class Guarded(base):  # type: ignore[valid-type, misc]
+        def make_context(self, info_name, args, parent=None, **extra):
+            # An argument that was not UTF-8 reaches a command with lone surrogates in it,
+            # which no database, log line or terminal takes: a usage error, whatever its
+            # place (a subcommand's too: they are all still here).
+            for arg in args:
+                if not _utf8(arg):
+                    raise click.UsageError(f"argument {echo(arg)} is not UTF-8 text")
+            return super().make_context(info_name, args, parent=parent, **extra)
+
         def invoke(self, ctx: click.Context):
             try:
                 return super().invoke(ctx)

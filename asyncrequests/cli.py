@@ -7,6 +7,7 @@ from flask.cli import AppGroup
 
 from asyncrequests import retention, tokens
 from asyncrequests.errors import AsyncRequestError
+from security.echo import one_line
 from security.refusal import refuse
 from taskrunner.contract import plural
 from tenancy.cli import tenants_cli
@@ -29,7 +30,7 @@ def _when(value) -> str:
 def create_command(tenant_id: int, name: str) -> None:
     """Create an API token for a tenant; the token is printed once, on the last line."""
     try:
-        issued = tokens.issue(tenant_id, name[:120])
+        issued = tokens.issue(tenant_id, name)
     except AsyncRequestError as exc:
         refuse(str(exc))
     click.echo(
@@ -61,7 +62,7 @@ def list_command(tenant_id: int) -> None:
     click.echo(f"{'id':12}  {'name':24} {'created':20}  {'last used':20}  revoked")
     for info in listed:
         click.echo(
-            f"{info.public_id:12}  {info.name[:24]:24} {_when(info.created_at):20}  "
+            f"{info.public_id:12}  {one_line(info.name[:24]):24} {_when(info.created_at):20}  "
             f"{_when(info.last_used_at):20}  {_when(info.revoked_at)}"
         )
 

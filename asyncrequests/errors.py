@@ -20,3 +20,7 @@ class UnknownToken(AsyncRequestError):
 
 class ClosedTenant(AsyncRequestError):
     pass
+
+
+class BadTokenName(AsyncRequestError):
+    pass

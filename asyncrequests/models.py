@@ -17,6 +17,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 from database import utcnow
 from extensions import db
 
+TOKEN_NAME_LENGTH = 120
+
 
 class RequestStatus(enum.StrEnum):
     PENDING = "pending"
@@ -69,7 +71,7 @@ class TenantApiToken(db.Model):
     # The public half of a token: shown in listings, used to find the row and to revoke.
     public_id: Mapped[str] = mapped_column(String(16), unique=True)
     tenant_id: Mapped[int] = mapped_column(BigInteger)
-    name: Mapped[str] = mapped_column(String(120), default="")
+    name: Mapped[str] = mapped_column(String(TOKEN_NAME_LENGTH), default="")
     secret_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[datetime | None]

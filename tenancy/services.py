@@ -11,6 +11,7 @@ from sqlalchemy import case, func, literal, or_, select
 
 from database import iso, utcnow, write_transaction
 from extensions import db
+from security.sanitise import fit_for_a_name
 from tenancy.models import CLOSED, Tenant
 
 MAX_ID = 2**63 - 1
@@ -53,8 +54,8 @@ def create(name: str) -> Tenant:
         raise TenantError("a tenant needs a name")
     if len(clean) > NAME_MAX:
         raise TenantError(f"a tenant name has at most {NAME_MAX} characters")
-    if any(ord(c) < 32 for c in clean):
-        raise TenantError("a tenant name cannot hold control characters")
+    if not fit_for_a_name(clean):
+        raise TenantError("a tenant name cannot hold control characters or text not UTF-8")
     with write_transaction(db.session):
         tenant = Tenant(name=clean, status="active")
         db.session.add(tenant)
@@ -82,7 +83,7 @@ def import_csv(handle: TextIO) -> ImportReport:
     creates nothing and says which line.
     """
     try:
-        reader = csv.DictReader(handle)
+        reader = csv.DictReader(handle, strict=True)
         fields = [f.strip().lower() for f in reader.fieldnames or []]
     except (csv.Error, UnicodeDecodeError) as exc:
         raise TenantError(f"not a CSV file: {exc}") from None
@@ -93,14 +94,22 @@ def import_csv(handle: TextIO) -> ImportReport:
     try:
         for row in reader:
             line = reader.line_num  # the file's line: blank lines are skipped
-            name = " ".join((row.get(column) or "").split())
+            raw = row.get(column) or ""
+            if "\n" in raw or "\r" in raw:
+                # A quote left open swallows the lines after it into one name.
+                start = line - raw.count("\n")
+                raise TenantError(
+                    f"line {start}: a name runs over several lines (a quote left open?)"
+                )
+            name = " ".join(raw.split())
             if not name:
                 raise TenantError(f"line {line}: empty name")
-            if len(name) > NAME_MAX or any(ord(c) < 32 for c in name):
+            if len(name) > NAME_MAX or not fit_for_a_name(name):
                 raise TenantError(f"line {line}: not a valid tenant name")
             names.append(name)
     except (csv.Error, UnicodeDecodeError) as exc:
-        raise TenantError(f"not a CSV file: {exc}") from None
+        # The reader counts the lines of the records it finished: this one starts after.
+        raise TenantError(f"not a CSV file: line {reader.line_num + 1}: {exc}") from None
     created = skipped = 0
     with write_transaction(db.session):
         taken = {n.lower() for n in db.session.execute(select(Tenant.name)).scalars()}

@@ -221,6 +221,8 @@ def test_each_commit_moves_the_live_key(ctx):
         ({"concurrency": 0}, "concurrency must be between 1 and 32"),
         ({"quizzes": -1}, "quizzes must be between 0 and 50"),
         ({"title": "Ti\x00des"}, "the title must not contain control characters"),
+        ({"title": "Ti\x9b2Jdes"}, "the title must not contain control characters"),
+        ({"title": "Ti\udcffdes"}, "the title must not contain control characters"),
         ({"tenant_id": 2**70}, "does not exist"),
     ],
 )

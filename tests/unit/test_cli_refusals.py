@@ -169,6 +169,24 @@ def test_a_context_its_type_cannot_make_units_from_is_refused_with_no_run(
 
 
 @pytest.mark.parametrize(
+    "args",
+    [
+        ["tenants", "create", "\udcff\udcfeab"],
+        ["tenants", "token", "revoke", "\udcff"],
+        ["events", "redeliver", "\udcff"],
+        ["tasks", "status", "00000000-0000-4000-8000-000000000000", "--reason", "\udcffx"],
+        ["builder", "start", "--tenant", "1", "--title", "T\udcff"],
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_a_usage_error_wherever_it_is(app, cli, args):
+    # What Python makes of bytes that are not UTF-8 on a command line (surrogateescape).
+    result = cli.invoke(args=args)
+
+    assert_usage_error(result, "is not UTF-8 text")
+    assert "unexpected" not in result.output and runs(app) == 0
+
+
+@pytest.mark.parametrize(
     ("context", "message"),
     [
         (CONTEXT_DEEP, "not JSON: nested too deeply"),

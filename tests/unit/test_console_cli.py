@@ -146,6 +146,12 @@ def test_tenants_create_list_import_and_close(app, cli, tmp_path):
         ("title\nAcme\n", "needs a header line with a 'name' column"),
         ("name\nAcme\n\n,\n", "line 4: empty name"),
         ("name\n" + "x" * 200 + "\n", "line 2: not a valid tenant name"),
+        ("name\nA\x7fcme\n", "line 2: not a valid tenant name"),
+        ("name\nAcme\n\x9b2J\n", "line 3: not a valid tenant name"),
+        # A quote left open swallowed the lines after it into one tenant.
+        ('name\nAlpha Co\n"Beta Co\nGamma Co\nDelta Co\n', "line 3: unexpected end of data"),
+        ('name\n"unterminated\n', "line 2: unexpected end of data"),
+        ('name\nAlpha Co\n"Beta Co\nGamma Co"\nDelta Co\n', "line 3: a name runs over several"),
         (b"name\n\xff\xfe\n", "not a CSV file"),
     ],
 )
@@ -165,6 +171,9 @@ def test_a_bad_tenants_file_imports_nothing_and_says_why(app, cli, tmp_path, con
 def test_tenant_refusals_are_one_line(cli, tmp_path):
     for args, message in (
         (["tenants", "create", "   "], "needs a name"),
+        # C1's CSI steers a terminal as ESC does.
+        (["tenants", "create", "a\x9b2Jb"], "cannot hold control characters"),
+        (["tenants", "create", "a\x7fb"], "cannot hold control characters"),
         (["tenants", "close", "999999"], "no tenant 999999"),
         (["tenants", "import", str(tmp_path / "missing.csv")], "cannot read"),
     ):

@@ -165,14 +165,23 @@ def test_the_unit_page_refuses_what_the_rule_refuses(app, keyed):
 
 
 @pytest.mark.parametrize(
-    "bad_key", ["k" * 192, "a\x01b", "a\udcffb"], ids=["too long", "control", "lone surrogate"]
+    ("bad_key", "exit_code", "said"),
+    [
+        ("k" * 192, 1, "error: "),
+        ("a\x01b", 1, "error: "),
+        # Bytes that were not UTF-8 on the command line: refused before any command runs.
+        ("a\udcffb", 2, "Error: argument 'a\\udcffb' is not UTF-8 text"),
+    ],
+    ids=["too long", "control", "lone surrogate"],
 )
-def test_a_retry_naming_a_key_no_run_can_hold_is_refused_in_one_line(app, cli, keyed, bad_key):
+def test_a_retry_naming_a_key_no_run_can_hold_is_refused_in_one_line(
+    app, cli, keyed, bad_key, exit_code, said
+):
     with app.app_context():
         handle = start_run(TYPE, {"units": [["k" * 191, None]]}, "test")
 
     result = cli.invoke(args=["tasks", "retry", handle.uuid, "--unit", bad_key])
 
-    assert result.exit_code == 1
-    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: ")
+    assert result.exit_code == exit_code
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(said)
     assert "Traceback" not in result.output

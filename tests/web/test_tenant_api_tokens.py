@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import webtest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from asyncrequests.models import TenantApiToken
 from extensions import db
@@ -41,6 +41,31 @@ def test_a_token_for_an_unknown_tenant_is_refused_in_one_line(app, cli):
 
     assert result.exit_code == 1
     assert result.stderr == "error: no tenant 424242\n"
+
+
+def test_a_tokens_name_is_refused_in_one_line_when_it_cannot_be_shown_or_kept(app, cli):
+    tenant_id = tenant(app)
+    for name in ("\x1b[2J\x1b]0;pwned\x07evil", "a\x9bb", "n" * 121):
+        result = cli.invoke(args=["tenants", "token", "create", str(tenant_id), "--name", name])
+
+        assert result.exit_code == 1, (name, result.output)
+        assert result.stderr.startswith("error: a token's name has at most 120 characters")
+        assert result.stderr.count("\n") == 1
+    with app.app_context():
+        assert db.session.execute(select(TenantApiToken)).first() is None
+
+
+def test_the_token_list_shows_a_stored_names_control_characters_escaped(app, cli):
+    # A name stored before names were checked: the listing must not steer the terminal.
+    tenant_id = tenant(app)
+    cli.invoke(args=["tenants", "token", "create", str(tenant_id), "--name", "erp"])
+    with app.app_context():
+        db.session.execute(update(TenantApiToken).values(name="\x1b[2Jerp"))
+        db.session.commit()
+
+    listing = cli.invoke(args=["tenants", "token", "list", str(tenant_id)]).stdout
+
+    assert "\x1b" not in listing and "\\x1b[2Jerp" in listing
 
 
 def test_a_tenant_id_that_is_not_a_number_is_a_usage_error(cli):
