@@ -84,6 +84,14 @@ def _log_level(name: str, default: str) -> str:
     return raw
 
 
+def _one_of(name: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = os.environ.get(name, default)
+    if raw not in allowed:
+        # Found only when a run is dispatched, it would be one written and failed.
+        raise ConfigError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {raw!r}")
+    return raw
+
+
 def _database_url(name: str, default: str) -> str:
     # Set but empty is refused, never read as unset: that would be a fresh SQLite ledger.
     raw = os.environ.get(name, default)
@@ -146,7 +154,7 @@ class Config:
         self.SQLALCHEMY_DATABASE_URI = _database_url(
             "DATABASE_URL", f"sqlite:///{instance / 'taskledger.db'}"
         )
-        self.QUEUE_DRIVER = env.get("QUEUE_DRIVER", "sqlite")
+        self.QUEUE_DRIVER = _one_of("QUEUE_DRIVER", ("sqlite", "redis", "postgres"), "sqlite")
         self.REDIS_URL = env.get("REDIS_URL", "redis://127.0.0.1:6379/0")
         self.QUEUE_SQLITE_PATH = env.get("QUEUE_SQLITE_PATH", str(instance / "queue.sqlite3"))
         self.LOG_FILE = env.get("LOG_FILE", "")
