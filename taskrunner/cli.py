@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict
 from typing import Any, NoReturn
@@ -13,7 +12,7 @@ from flask.cli import AppGroup
 
 from database import database_outage, iso
 from security.refusal import read_text, refuse, write_text
-from taskrunner import delivery, dispatch, operations, periodic, runner
+from taskrunner import cli_options, delivery, dispatch, operations, periodic, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
@@ -35,26 +34,6 @@ def warn_if_unread(type_: str) -> None:
         )
 
 
-def _constant(text: str) -> float:
-    if not math.isfinite(number := float(text)):  # NaN, 1e400: no JSON column stores them
-        raise ValueError(f"{text[:40]} is not a finite number")
-    return number
-
-
-def _context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
-    if value is None:
-        return {}
-    try:
-        parsed = json.loads(value, parse_float=_constant, parse_constant=_constant)
-    except RecursionError:
-        raise click.BadParameter("not JSON: nested too deeply") from None
-    except ValueError as exc:  # a JSONDecodeError, or a number no JSON column stores
-        raise click.BadParameter(f"not JSON: {getattr(exc, 'msg', exc)}") from None
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("must be a JSON object")
-    return parsed
-
-
 def dispatch_failed(exc: Exception) -> NoReturn:
     """A recorded run's jobs could not be enqueued (the wedge guard settled and logged them)."""
     if database_outage(exc):
@@ -63,9 +42,16 @@ def dispatch_failed(exc: Exception) -> NoReturn:
 
 
 @tasks_cli.command("start")
-@click.argument("type_")
-@click.option("--context", callback=_context, help="JSON object passed to the task type.")
-@click.option("--wait", type=click.FloatRange(min=0), help="Seconds to wait for the run to end.")
+@click.argument("type_", metavar="TYPE")
+@click.option(
+    "--context", callback=cli_options.context, help="JSON object passed to the task type."
+)
+@click.option(
+    "--wait",
+    type=float,
+    callback=cli_options.wait_seconds,
+    help="Seconds to wait for the run to end.",
+)
 def start_command(type_: str, context: dict[str, Any], wait: float | None) -> None:
     """Start a run of a registered task type; print its uuid."""
     try:
@@ -244,7 +230,7 @@ def retry_command(
 
 
 @tasks_cli.command("pause")
-@click.argument("type_")
+@click.argument("type_", metavar="TYPE")
 def pause_command(type_: str) -> None:
     """Pause a task type: its units stay pending, spending no try, until resumed."""
     try:
@@ -255,7 +241,7 @@ def pause_command(type_: str) -> None:
 
 
 @tasks_cli.command("resume")
-@click.argument("type_")
+@click.argument("type_", metavar="TYPE")
 def resume_command(type_: str) -> None:
     """Resume a paused task type: the units that waited are dispatched again."""
     try:

@@ -202,6 +202,20 @@ def test_a_context_that_is_not_json_is_a_usage_error_with_no_run(app, cli, conte
     assert runs(app) == 0
 
 
+@pytest.mark.parametrize("wait", ["nan", "inf", "1e400", "-1", "86401"])
+def test_a_wait_that_is_not_a_number_of_seconds_up_to_a_day_is_a_usage_error(app, cli, wait):
+    # No units: a wait taken would end at once, not hang the test.
+    args = ["tasks", "start", "diagnostics.probe", "--context", '{"units": 0}', "--wait", wait]
+
+    assert_usage_error(cli.invoke(args=args), "is not a number of seconds from 0 to 86400")
+    assert runs(app) == 0
+
+
+def test_the_commands_name_a_task_type_as_the_readme_does(cli):
+    for command in ("start", "pause", "resume"):
+        assert "TYPE_" not in cli.invoke(args=["tasks", command, "--help"]).output
+
+
 @pytest.mark.parametrize(
     "args",
     [

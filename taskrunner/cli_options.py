@@ -1,0 +1,41 @@
+"""What the ``flask tasks …`` options accept: a JSON context, a number of seconds."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import click
+
+MAX_WAIT_SECONDS = 86_400
+
+
+def _constant(text: str) -> float:
+    if not math.isfinite(number := float(text)):  # NaN, 1e400: no JSON column stores them
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return number
+
+
+def context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
+    """``--context``: a JSON object of finite numbers, else a usage error."""
+    if value is None:
+        return {}
+    try:
+        parsed = json.loads(value, parse_float=_constant, parse_constant=_constant)
+    except RecursionError:
+        raise click.BadParameter("not JSON: nested too deeply") from None
+    except ValueError as exc:  # a JSONDecodeError, or a number no JSON column stores
+        raise click.BadParameter(f"not JSON: {getattr(exc, 'msg', exc)}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object")
+    return parsed
+
+
+def wait_seconds(_ctx: Any, _param: Any, value: float | None) -> float | None:
+    """``--wait``: seconds from 0 to a day (a range lets NaN through: it compares false)."""
+    if value is not None and not 0 <= value <= MAX_WAIT_SECONDS:
+        raise click.BadParameter(
+            f"{value:g} is not a number of seconds from 0 to {MAX_WAIT_SECONDS}"
+        )
+    return value
