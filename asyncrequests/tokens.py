@@ -130,7 +130,8 @@ def revoke(identifier: str) -> tuple[str, bool]:
 
     Returns its public id and whether this call revoked it (False: it already was).
     """
-    token_id = public_id(identifier) or identifier
+    # An id as listed (hex, stored in lower case) is the same id in capitals.
+    token_id = public_id(identifier) or identifier.lower()
     with write_transaction(db.session):
         row = db.session.execute(
             select(TenantApiToken).where(TenantApiToken.public_id == token_id)

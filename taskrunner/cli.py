@@ -11,6 +11,7 @@ import click
 from flask.cli import AppGroup
 
 from database import database_outage, iso
+from security.echo import one_line
 from security.refusal import read_text, refuse, write_text
 from taskrunner import cli_options, delivery, dispatch, operations, periodic, runner
 from taskrunner.events import catalog_markdown
@@ -300,7 +301,7 @@ def parked_command(as_json: bool, limit: int) -> None:
     for d in parked:
         click.echo(
             f"{d.event_id}  {d.name:22} run={d.run_uuid or '-'}  {d.subscriber}  "
-            f"attempts={d.attempts}  {d.last_error or ''}"
+            f"attempts={d.attempts}  {one_line(d.last_error or '')}"
         )
     click.echo(plural(len(parked), "parked delivery", "parked deliveries"), err=True)
 

@@ -183,7 +183,7 @@ def parked(
     )
     if run_id is not None:
         stmt = stmt.where(OutboxEvent.task_run_id == run_id)
-    wanted = list(event_ids)
+    wanted = [event_id.lower() for event_id in event_ids]  # a uuid in capitals is the same
     if wanted:
         stmt = stmt.where(EventDelivery.event_id.in_(wanted))
     rows = db.session.execute(stmt.order_by(EventDelivery.id.desc()).limit(limit)).all()
@@ -203,7 +203,7 @@ def count_parked() -> int:
 
 def redeliver_parked(event_ids: Iterable[str] = ()) -> tuple[int, int]:
     """Hand parked deliveries (of these events, or all) over again now: (taken, refused)."""
-    wanted = list(event_ids)
+    wanted = [event_id.lower() for event_id in event_ids]  # a uuid in capitals is the same
     stmt = select(EventDelivery.id).where(EventDelivery.parked_at.is_not(None))
     if wanted:
         stmt = stmt.where(EventDelivery.event_id.in_(wanted))

@@ -32,6 +32,10 @@ def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None
     return iso(slot), f"the slot {iso(slot)} an earlier run now enqueued has not started yet"
 
 
+class Unconfirmed(Refused):
+    """Refused until confirmed: the page confirms with its button, the CLI with ``--yes``."""
+
+
 def run_now(
     name: str, actor: Actor, confirmed: bool = False, now: datetime | None = None
 ) -> datetime:
@@ -42,7 +46,7 @@ def run_now(
     """
     known(name)
     if not confirmed and (pending := unfinished(name, now)):
-        raise Refused(f"{name}: {pending[1]}; confirm again to start another")
+        raise Unconfirmed(f"{name}: {pending[1]}; confirm again to start another")
     slot = (now or utcnow()).replace(microsecond=0)
     ledger.actions.record_schedule_run_now(name, slot, actor)
     queues().enqueue_slot(name, slot, f"operator:{actor.name}")

@@ -24,6 +24,8 @@ def _known(call: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> An
         return call(name, *args, **kwargs)
     except service.UnknownSchedule as exc:
         refuse(str(exc))
+    except schedule_actions.Unconfirmed as exc:
+        refuse(f"{exc} (with --yes)")
     except Refused as exc:
         refuse(str(exc))
 

@@ -12,6 +12,7 @@ the PostgreSQL server has room for the connections its consumers may hold
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -158,7 +159,7 @@ def workers_command(
         return
     if dry_run:
         for item in plans:
-            click.echo(" ".join(item.command[1:]))
+            click.echo(shlex.join(item.command))  # its interpreter too: a line that runs
         return
     refusal = room_refusal(budget, postgres_queue)
     if refusal:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from extensions import db
 from taskrunner import delivery, events, runner
@@ -154,8 +154,16 @@ def test_a_delivery_refused_too_often_is_parked_shown_and_redelivered_by_an_oper
         listed = cli.invoke(args=["events", "parked"])
         assert event["id"] in listed.output and "attempts=3" in listed.output
         assert "4111" not in listed.output  # the refusal is stored redacted
+        # A refusal of several lines (a stored reason keeps its newlines) is one line here.
+        db.session.execute(
+            update(EventDelivery).values(last_error=EventDelivery.last_error + "\nat line 2")
+        )
+        db.session.commit()
+        [line] = cli.invoke(args=["events", "parked"]).stdout.splitlines()
+        assert line.endswith("\\nat line 2")
         assert cli.invoke(args=["events", "redeliver"]).exit_code == 2
-        still = cli.invoke(args=["events", "redeliver", event["id"]])
+        # An event's uuid in capitals, as it may be pasted, is the same event.
+        still = cli.invoke(args=["events", "redeliver", event["id"].upper()])
         assert still.exit_code == 1
         assert still.stderr.strip() == "error: 1 of 1 deliveries refused again, still parked"
 

@@ -152,7 +152,12 @@ def test_queue_filter_and_no_periodic_leave_periodic_tasks_off(mode):
 def test_the_workers_command_prints_its_plan_on_dry_run(cli):
     result = cli.invoke(args=["workers", "--mode", "per-queue", "--queue", "builder", "--dry-run"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == " ".join(workers.consumer_command("builder")[1:])
+    assert result.output.strip() == shlex.join(workers.consumer_command("builder"))
+    # The line as printed runs (its interpreter named): here, as far as its help.
+    shown = shlex.split(result.output)
+    assert shown[0] == sys.executable
+    helped = subprocess.run([*shown[:3], "--help"], capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and "huey_consumer" in helped.stdout
 
     bad = cli.invoke(args=["workers", "--mode", "fast"])
     assert bad.exit_code == 2

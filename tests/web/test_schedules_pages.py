@@ -172,6 +172,10 @@ def test_the_cli_lists_shows_and_acts_and_refuses_an_unknown_name(app):
     assert json.loads(cli.invoke(args=["schedules", "show", SWEEP, "--json"]).stdout)["paused"]
     assert "resumed" in cli.invoke(args=["schedules", "resume", SWEEP]).output
     assert "enqueued" in cli.invoke(args=["schedules", "run-now", SWEEP]).output
+    # Its slot waits for a worker: another is refused until confirmed, which here is --yes.
+    again = cli.invoke(args=["schedules", "run-now", SWEEP])
+    assert again.exit_code == 1
+    assert again.stderr.endswith("confirm again to start another (with --yes)\n")
     for verb in ("show", "run-now", "pause", "resume"):
         result = cli.invoke(args=["schedules", verb, "no.such"])
         assert result.exit_code == 1
