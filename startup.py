@@ -93,6 +93,7 @@ class EntryCommands(AppGroup):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name == "db":
             enable_migrations(self.app)  # it adds its ``db`` commands
+            _say_migration_errors()
         command = super().get_command(ctx, cmd_name)
         if command is None:
             return None
@@ -110,6 +111,19 @@ def enable_migrations(app: Flask) -> None:
         from extensions import db
 
         Migrate(app, db, directory=str(Path(app.root_path) / "migrations"))
+
+
+class _ErrorLine(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(error_line(record.getMessage().removeprefix("Error: ")), err=True)
+
+
+def _say_migration_errors() -> None:
+    """Flask-Migrate logs why a ``flask db …`` failed (an unknown revision) and exits 1; the
+    command line logs to its file, so that line was nowhere on screen: it is on stderr too."""
+    logger = logging.getLogger("flask_migrate")
+    if not any(isinstance(handler, _ErrorLine) for handler in logger.handlers):
+        logger.addHandler(_ErrorLine(logging.ERROR))
 
 
 def outage_guarded(command: click.Command) -> click.Command:

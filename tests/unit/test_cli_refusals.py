@@ -202,6 +202,14 @@ def test_a_context_that_is_not_json_is_a_usage_error_with_no_run(app, cli, conte
     assert runs(app) == 0
 
 
+@pytest.mark.parametrize("verb", ["upgrade", "downgrade", "show"])
+def test_a_migration_command_naming_no_revision_says_why_in_one_line(cli, verb):
+    result = cli.invoke(args=["db", verb, "nope"])
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: Can't locate revision identified by 'nope'\n"
+
+
 @pytest.mark.parametrize("wait", ["nan", "inf", "1e400", "-1", "86401"])
 def test_a_wait_that_is_not_a_number_of_seconds_up_to_a_day_is_a_usage_error(app, cli, wait):
     # No units: a wait taken would end at once, not hang the test.
