@@ -251,6 +251,9 @@ def resume_command(type_: str) -> None:
         refuse(str(exc))
     except Exception as exc:
         dispatch_failed(exc)
+    if count is None:
+        click.echo(f"task type {type_} was not paused")
+        return
     click.echo(f"task type {type_} resumed: {plural(count, 'waiting unit')} dispatched")
     if count:
         warn_if_unread(type_)

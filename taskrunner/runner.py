@@ -187,13 +187,14 @@ def pause(type_: str, actor: Actor = CLI) -> bool:
     return ledger.actions.pause_type(type_, actor)
 
 
-def resume(type_: str, actor: Actor = CLI) -> int:
-    """Resume a paused type and enqueue the units that waited; return how many."""
+def resume(type_: str, actor: Actor = CLI) -> int | None:
+    """Resume a paused type and enqueue the units that waited; return how many (None: it
+    was not paused, as a pause of a paused type is no error either)."""
     registry.get(type_)
     with _recording(f"the resume of {type_}"):
         dispatches = ledger.actions.resume_type(type_, actor)
     if dispatches is None:
-        raise Refused(f"task type {type_} is not paused")
+        return None
     for dispatch in dispatches:
         _dispatch_or_settle(dispatch)
     return sum(d.count for d in dispatches)

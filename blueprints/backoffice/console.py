@@ -140,6 +140,9 @@ def resume(type_: str):
     except Refused as exc:
         flash(f"Not resumed: {exc}", "error")
     else:
+        if count is None:
+            flash(f"{type_} was not paused.", "success")
+            return redirect(url_for("backoffice.queues"))
         units = f"{count:,} waiting unit{'' if count == 1 else 's'}"
         flash(f"{type_} resumed; {units} dispatched.", "success")
     return redirect(url_for("backoffice.queues"))

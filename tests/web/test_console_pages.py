@@ -87,6 +87,9 @@ def test_pause_and_resume_from_the_queues_page_are_confirmed_and_recorded(app, p
     assert "<strong>2</strong> pending units" in confirm.text
     done = confirm.forms["confirm"].submit().follow()
     assert "2 waiting units dispatched" in done.text
+    # The same confirmation sent again (a second tab): nothing more to do, and no error.
+    again = confirm.forms["confirm"].submit().follow()
+    assert "tests.backoffice was not paused." in again.text and "Not resumed" not in again.text
     row = web.get("/backoffice/task-runs").html.find(id=f"run-{handle.uuid}")
     assert row is not None and not row.select(".tag-paused")
     with app.app_context():
