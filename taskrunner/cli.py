@@ -137,10 +137,18 @@ def _print_units(run: Any, reason: str | None, as_json: bool, as_csv: bool) -> N
     for row in rows:
         count += 1
         click.echo(
-            f"{row['unit_key']}  tenant={row['tenant_id']}  attempts={row['attempts']}  "
-            f"kind={row['kind']}  {row['reason'] or ''}"
+            f"{_unit(row)}  attempts={row['attempts']}  kind={row['kind']}  {_said(row['reason'])}"
         )
     click.echo(f"{plural(count, 'unit')} in the error group {reason!r}", err=True)
+
+
+def _unit(unit: dict[str, Any]) -> str:
+    return f"{unit['unit_key']}  tenant={unit['tenant_id'] or '-'}"
+
+
+def _said(reason: str | None) -> str:
+    """A unit's reason on its one line (a stored reason keeps its newlines)."""
+    return one_line(reason or "")
 
 
 def _print_detail(detail: dict[str, Any]) -> None:
@@ -160,8 +168,7 @@ def _print_detail(detail: dict[str, Any]) -> None:
                 stale = " [stale]" if unit["stale"] and key == "failed_units" else ""
                 kind = f"  kind={unit['kind']}" if unit.get("kind") else ""
                 click.echo(
-                    f"  {unit['unit_key']}  tenant={unit['tenant_id']}  "
-                    f"attempts={unit['attempts']}{kind}{stale}  {why}"
+                    f"  {_unit(unit)}  attempts={unit['attempts']}{kind}{stale}  {_said(why)}"
                 )
 
 
@@ -193,9 +200,11 @@ def compare_command(run_uuid: str, other_uuid: str | None, as_json: bool) -> Non
         for unit in changed["units"]:
             runs = f"  {unit['failing_runs']} runs in a row" if unit["failing_runs"] else ""
             why = unit["last_error"] if unit["status"] == "failed" else unit["previous_error"]
-            click.echo(f"  {unit['unit_key']}  tenant={unit['tenant_id']}{runs}  {why or ''}")
+            click.echo(f"  {_unit(unit)}{runs}  {_said(why)}")
     for group in answer["new_error_groups"]:
-        click.echo(f"\nnew error group ({group['count']}, {group['kind']}): {group['reason']}")
+        click.echo(
+            f"\nnew error group ({group['count']}, {group['kind']}): {_said(group['reason'])}"
+        )
 
 
 @tasks_cli.command("retry")

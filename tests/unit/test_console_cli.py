@@ -182,3 +182,25 @@ def test_tenant_refusals_are_one_line(cli, tmp_path):
         result = cli.invoke(args=args)
         assert result.exit_code == 1, args
         assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_units_line_stays_one_line_and_says_no_tenant_as_a_dash(app, cli):
+    # A stored reason keeps its newlines; a unit without a tenant printed "tenant=None".
+    from tests.web.backoffice_support import finished_run
+
+    reason = "vendor said no\nat the end"
+    with app.app_context():
+        before = finished_run("diagnostics.probe", ["u1", "u2"], {"u2": reason})
+        run = finished_run("diagnostics.probe", ["u1", "u2"], {"u1": reason, "u2": reason})
+
+    outputs = {
+        "status": cli.invoke(args=["tasks", "status", run]).stdout,
+        "reason": cli.invoke(args=["tasks", "status", run, "--reason", reason]).stdout,
+        "compare": cli.invoke(args=["tasks", "compare", run, before]).stdout,
+    }
+
+    for name, output in outputs.items():
+        lines = [line for line in output.splitlines() if "u1" in line or "u2" in line]
+        assert lines and all("tenant=-" in line for line in lines), (name, output)
+        assert all(line.endswith("vendor said no\\nat the end") for line in lines), (name, output)
+        assert "at the end" not in output.replace("\\nat the end", ""), (name, output)
