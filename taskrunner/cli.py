@@ -327,7 +327,8 @@ def redeliver_command(event_ids: tuple[str, ...], every: bool) -> None:
         raise click.UsageError("give EVENT_ID... or --all")
     taken, refused = delivery.redeliver_parked(event_ids)
     if not taken + refused:
-        refuse("no parked delivery" + (f" of {', '.join(event_ids)}" if event_ids else ""))
+        named = ", ".join(event_ids) if len(event_ids) <= 3 else plural(len(event_ids), "event")
+        refuse("no parked delivery" + (f" of {named}" if event_ids else ""))
     if refused:
         refuse(f"{refused} of {taken + refused} deliveries refused again, still parked")
     click.echo(f"re-delivered {plural(taken, 'parked delivery', 'parked deliveries')}")

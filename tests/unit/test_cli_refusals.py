@@ -69,6 +69,16 @@ def test_a_refusal_quoting_a_newline_or_an_escape_sequence_stays_one_line(cli, a
     assert_refused(result, "bad\\nline\\x1b[31m\\u2028end")
 
 
+def test_a_redelivery_of_many_unknown_events_is_refused_in_a_short_line(cli):
+    # 40,000 ids pasted from a file: the refusal counts them rather than quoting them all.
+    ids = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(40_000)]
+
+    result = cli.invoke(args=["events", "redeliver", *ids])
+
+    assert_refused(result, "error: no parked delivery of 40,000 events")
+    assert len(result.stderr) < 100
+
+
 @contextmanager
 def database_refusing_inserts_into(app, table: str):
     """A real database error that is no outage: a trigger refuses every new row of
