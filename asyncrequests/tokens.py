@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select, update
 
 from asyncrequests.errors import BadTokenName, ClosedTenant, UnknownTenant, UnknownToken
-from asyncrequests.models import TOKEN_NAME_LENGTH as NAME_LENGTH
-from asyncrequests.models import TenantApiToken
+from asyncrequests.models import TOKEN_NAME_LENGTH, TenantApiToken
 from database import utcnow, write_transaction
 from extensions import db
 from security.sanitise import fit_for_a_name
@@ -78,10 +77,10 @@ def issue(tenant_id: int, name: str = "") -> IssuedToken:
         raise UnknownTenant(f"no tenant {tenant_id}")
     if tenant.status == CLOSED:
         raise ClosedTenant(f"tenant {tenant_id} is closed")
-    if len(name) > NAME_LENGTH or not fit_for_a_name(name):
+    if len(name) > TOKEN_NAME_LENGTH or not fit_for_a_name(name):
         raise BadTokenName(
-            f"a token's name has at most {NAME_LENGTH} characters, none of them control "
-            "characters, and is UTF-8"
+            f"a token's name has at most {TOKEN_NAME_LENGTH} characters, none of them "
+            "a control character"
         )
     token_id = secrets.token_hex(PUBLIC_ID_BYTES)
     token = f"{PREFIX}_{token_id}_{secrets.token_urlsafe(SECRET_BYTES)}"

@@ -17,7 +17,6 @@ from asyncrequests.platform import RequestView
 from extensions import db
 from payments.models import Statement
 from payments.statements import (
-    MAX_ID,
     STATEMENT_KIND,
     TYPE,
     StatementError,
@@ -27,6 +26,7 @@ from payments.statements import (
     unit_key,
 )
 from taskrunner.contract import ContextError, start_run, unit_in_flight
+from tenancy.services import MAX_ID
 
 logger = logging.getLogger(__name__)
 

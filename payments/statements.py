@@ -30,15 +30,12 @@ from taskrunner.contract import (
 )
 from tenancy.context import require_tenant
 from tenancy.models import STANDING, Tenant
+from tenancy.services import MAX_ID
 
 TYPE = "payments.monthly_statements"
 # The async-request kind a tenant's API client polls for one statement.
 STATEMENT_KIND = "payments.statement"
 PERIOD = re.compile(r"(\d{4})-(0[1-9]|1[0-2])", re.ASCII)
-
-
-# Ids beyond a signed 64-bit integer cannot exist; asking the database would fail.
-MAX_ID = 2**63 - 1
 
 
 class StatementError(TaskReportableError):
