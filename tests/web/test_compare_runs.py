@@ -126,7 +126,7 @@ def test_the_cli_compares_and_refuses_in_one_line(app, nights, cli):
 
     assert text.exit_code == 0
     assert "newly failing: 2" in text.stdout and "recovered: 1" in text.stdout
-    assert "  c  tenant=None  3 runs in a row  no statement for tenant 3" in text.stdout
+    assert "  c  tenant=-  3 runs in a row  no statement for tenant 3" in text.stdout
     assert json.loads(as_json.stdout)["newly_failing"]["count"] == 3
     for refused in (first, unknown):
         assert refused.exit_code == 1

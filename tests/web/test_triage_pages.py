@@ -95,7 +95,7 @@ def test_the_cli_status_names_each_failed_units_kind(app, cli):
     result = cli.invoke(args=["tasks", "status", run_uuid])
 
     assert result.exit_code == 0
-    assert "c1  tenant=None  attempts=1  kind=crash  unhandled builtins.KeyError" in result.stdout
+    assert "c1  tenant=-  attempts=1  kind=crash  unhandled builtins.KeyError" in result.stdout
 
 
 # -- a group, all of it (item 3) ----------------------------------------------------------
