@@ -10,7 +10,7 @@ from asyncrequests.errors import AsyncRequestError
 from security.echo import one_line
 from security.refusal import refuse
 from taskrunner.contract import plural
-from tenancy.cli import tenants_cli
+from tenancy.cli import TENANT_ID, tenants_cli
 
 token_cli = AppGroup("token", help="Create, list and revoke tenant API tokens.")
 tenants_cli.add_command(token_cli)
@@ -25,7 +25,7 @@ def _when(value) -> str:
 
 
 @token_cli.command("create")
-@click.argument("tenant_id", type=int)
+@click.argument("tenant_id", type=TENANT_ID)
 @click.option("--name", default="", help="A label for the token, e.g. the client's name.")
 def create_command(tenant_id: int, name: str) -> None:
     """Create an API token for a tenant; the token is printed once, on the last line."""
@@ -52,7 +52,7 @@ def revoke_command(token_id: str) -> None:
 
 
 @token_cli.command("list")
-@click.argument("tenant_id", type=int)
+@click.argument("tenant_id", type=TENANT_ID)
 def list_command(tenant_id: int) -> None:
     """A tenant's tokens (never the secrets)."""
     try:

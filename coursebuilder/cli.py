@@ -9,6 +9,7 @@ from flask.cli import AppGroup
 
 from coursebuilder import reports, stages
 from security.refusal import refuse
+from tenancy.cli import TenantId
 
 builder_cli = AppGroup("builder", help="Course builder: start and inspect generation runs.")
 
@@ -18,7 +19,7 @@ builder_cli = AppGroup("builder", help="Course builder: start and inspect genera
     "--tenant",
     "tenant_id",
     required=True,
-    type=click.IntRange(1, stages.MAX_ID),
+    type=TenantId(1, stages.MAX_ID),
     help="Tenant id.",
 )
 @click.option("--title", required=True, help="Course title.")

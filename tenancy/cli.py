@@ -7,12 +7,28 @@ import json
 import click
 from flask.cli import AppGroup
 
+from security.echo import echo
 from security.refusal import refuse
 from taskrunner.contract import plural
 from tenancy import services as tenants
 from tenancy.services import TenantError
 
 tenants_cli = AppGroup("tenants", help="Tenants: create, list, import, close; their API tokens.")
+
+
+class TenantId(click.IntRange):
+    """A tenant id as typed: ASCII digits (within bounds, if given). Python's ``int`` also
+    reads ``4_7`` and other scripts' digits as 47: a slip could name another tenant."""
+
+    name = "tenant_id"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+            self.fail(f"{echo(value)} is not a tenant id (the digits 0-9)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+TENANT_ID = TenantId()
 
 
 @tenants_cli.command("create")
@@ -55,7 +71,7 @@ def import_command(path: str) -> None:
 
 
 @tenants_cli.command("close")
-@click.argument("tenant_id", type=int)
+@click.argument("tenant_id", type=TENANT_ID)
 def close_command(tenant_id: int) -> None:
     """Close a tenant: its API tokens stop working at once."""
     try:

@@ -14,6 +14,7 @@ from database import is_sqlite
 from extensions import db
 from security.echo import one_line
 from taskrunner.models import TaskRun
+from tenancy.models import Tenant
 from tests.web.tenant_api_support import make_tenant
 
 CONTEXT_DEEP = "[" * 100_000
@@ -257,6 +258,25 @@ def test_a_tenant_id_beyond_64_bits_names_no_tenant_as_tenants_close_says(cli, a
 
     assert_refused(result)
     assert result.stderr == f"error: no tenant {args[-1]}\n"
+
+
+@pytest.mark.parametrize("spelt", ["0_{}", "+{}", " {}", "{arabic}"])
+def test_a_tenant_id_is_ascii_digits_a_slip_names_no_tenant(app, cli, spelt):
+    # Python's int() reads 0_7, +7, " 7" and Arabic-Indic digits as 7: each closed tenant 7.
+    with app.app_context():
+        known = make_tenant("Acme")
+    typed = spelt.format(
+        known, arabic=str(known).translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+    )
+    for args in (
+        ["tenants", "close", typed],
+        ["tenants", "token", "create", typed],
+        ["tenants", "token", "list", typed],
+        ["builder", "start", "--tenant", typed, "--title", "Tides"],
+    ):
+        assert_usage_error(cli.invoke(args=args), "is not a tenant id (the digits 0-9)")
+    with app.app_context():
+        assert db.session.get(Tenant, known).status == "active"
 
 
 def test_the_tokens_of_an_unknown_tenant_are_refused_like_its_other_commands(app, cli):
