@@ -19,7 +19,7 @@ from asyncrequests.errors import BadTokenName, ClosedTenant, UnknownTenant, Unkn
 from asyncrequests.models import TOKEN_NAME_LENGTH, TenantApiToken
 from database import utcnow, write_transaction
 from extensions import db
-from security.sanitise import fit_for_a_name
+from security.echo import printable
 from tenancy.models import CLOSED, Tenant
 from tenancy.services import MAX_ID
 
@@ -77,7 +77,7 @@ def issue(tenant_id: int, name: str = "") -> IssuedToken:
         raise UnknownTenant(f"no tenant {tenant_id}")
     if tenant.status == CLOSED:
         raise ClosedTenant(f"tenant {tenant_id} is closed")
-    if len(name) > TOKEN_NAME_LENGTH or not fit_for_a_name(name):
+    if len(name) > TOKEN_NAME_LENGTH or not printable(name):
         raise BadTokenName(
             f"a token's name has at most {TOKEN_NAME_LENGTH} characters, none of them "
             "a control character"

@@ -42,7 +42,7 @@ from coursebuilder.models import (
 from database import utcnow, write_transaction
 from extensions import db
 from live import topics as live
-from security.sanitise import fit_for_a_name
+from security.echo import printable
 from taskrunner.contract import JobHandle, bounded, redact, register_domain_error, run_lock
 from tenancy.models import Tenant
 
@@ -137,7 +137,7 @@ def start(
         raise BuilderError("the title must not be empty")
     if len(title) > 191:
         raise BuilderError("the title must be at most 191 characters")
-    if not fit_for_a_name(title):
+    if not printable(title):
         raise BuilderError("the title must not contain control characters or text not UTF-8")
     if not isinstance(tenant_id, int) or not 1 <= tenant_id <= MAX_ID:
         raise BuilderError(f"tenant {tenant_id} does not exist")

@@ -27,6 +27,12 @@ _UNPRINTABLE = re.compile(
 )
 
 
+def printable(text: str) -> bool:
+    """Whether ``text`` holds none of those: what a name or a title may be (a lone
+    surrogate, which no database stores, among what it may not)."""
+    return _UNPRINTABLE.search(text) is None
+
+
 def error_line(message: str) -> str:
     """The one line every entry point refuses with: ``error:`` and ``message`` on one line."""
     return f"error: {one_line(message)}"

@@ -17,17 +17,6 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
 
 
-# What a name or a title never holds: any control character (tab and newline too), DEL
-# and the C1 controls (a terminal obeys them as well), and a lone surrogate (what is left
-# of a command line argument that was not UTF-8; no database can store it).
-_UNFIT_IN_A_NAME = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def fit_for_a_name(text: str) -> bool:
-    """Whether ``text`` may name something: printable, and text that can be stored."""
-    return _UNFIT_IN_A_NAME.search(text) is None
-
-
 def sanitised(text: str) -> str:
     """``text`` without control characters (newline and tab kept), lone surrogates replaced."""
     return encodable(_CONTROL.sub("", text))

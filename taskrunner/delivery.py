@@ -171,10 +171,8 @@ def retry(delivery_ids: Iterable[int]) -> list[bool]:
     return [reason is None for _, _, reason in outcomes]
 
 
-def parked(
-    run_id: int | None = None, event_ids: Iterable[str] = (), limit: int = 100
-) -> list[ParkedDelivery]:
-    """Parked deliveries, newest first: of one run, of some events, or all."""
+def parked(run_id: int | None = None, limit: int = 100) -> list[ParkedDelivery]:
+    """Parked deliveries, newest first: of one run, or all."""
     stmt = (
         select(EventDelivery, OutboxEvent.name, TaskRun.uuid)
         .join(OutboxEvent, OutboxEvent.event_id == EventDelivery.event_id)
@@ -183,9 +181,6 @@ def parked(
     )
     if run_id is not None:
         stmt = stmt.where(OutboxEvent.task_run_id == run_id)
-    wanted = [event_id.lower() for event_id in event_ids]  # a uuid in capitals is the same
-    if wanted:
-        stmt = stmt.where(EventDelivery.event_id.in_(wanted))
     rows = db.session.execute(stmt.order_by(EventDelivery.id.desc()).limit(limit)).all()
     return [
         ParkedDelivery(

@@ -11,7 +11,7 @@ from sqlalchemy import case, func, literal, or_, select
 
 from database import iso, utcnow, write_transaction
 from extensions import db
-from security.sanitise import fit_for_a_name
+from security.echo import printable
 from tenancy.models import CLOSED, Tenant
 
 MAX_ID = 2**63 - 1
@@ -54,7 +54,7 @@ def create(name: str) -> Tenant:
         raise TenantError("a tenant needs a name")
     if len(clean) > NAME_MAX:
         raise TenantError(f"a tenant name has at most {NAME_MAX} characters")
-    if not fit_for_a_name(clean):
+    if not printable(clean):
         raise TenantError("a tenant name cannot hold control characters or text not UTF-8")
     with write_transaction(db.session):
         tenant = Tenant(name=clean, status="active")
@@ -104,7 +104,7 @@ def import_csv(handle: TextIO) -> ImportReport:
             name = " ".join(raw.split())
             if not name:
                 raise TenantError(f"line {line}: empty name")
-            if len(name) > NAME_MAX or not fit_for_a_name(name):
+            if len(name) > NAME_MAX or not printable(name):
                 raise TenantError(f"line {line}: not a valid tenant name")
             names.append(name)
     except (csv.Error, UnicodeDecodeError) as exc:

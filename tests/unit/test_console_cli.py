@@ -176,6 +176,8 @@ def test_tenant_refusals_are_one_line(cli, tmp_path):
         # C1's CSI steers a terminal as ESC does.
         (["tenants", "create", "a\x9b2Jb"], "cannot hold control characters"),
         (["tenants", "create", "a\x7fb"], "cannot hold control characters"),
+        # A right-to-left override shows the name reversed: the one printable rule.
+        (["tenants", "create", "acme\u202eexe.pdf"], "cannot hold control characters"),
         (["tenants", "close", "999999"], "no tenant 999999"),
         (["tenants", "import", str(tmp_path / "missing.csv")], "cannot read"),
     ):
