@@ -9,6 +9,7 @@ off so that SQLAlchemy's ``begin`` event decides which BEGIN is sent.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, current_app, has_app_context
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -312,6 +313,15 @@ def write_transaction(session: Session) -> Iterator[Session]:
         raise
     else:
         session.commit()
+
+
+def take_turns(session: Session, name: str) -> None:
+    """Make the write transactions that name ``name`` wait for one another until this one
+    ends: a transaction advisory lock on PostgreSQL. On SQLite a write transaction already
+    holds the one write lock."""
+    if not is_sqlite(session):
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        session.execute(select(func.pg_advisory_xact_lock(key)))
 
 
 @dataclass(frozen=True)

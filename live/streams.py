@@ -26,7 +26,6 @@ another process, during a deploy). A database outage ends it with ``unavailable`
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import secrets
@@ -40,7 +39,7 @@ from pathlib import Path
 from flask import Flask, current_app
 from sqlalchemy import delete, func, select, update
 
-from database import database_outage, utcnow, write_transaction
+from database import database_outage, take_turns, utcnow, write_transaction
 from extensions import db
 from live.models import LiveStream
 from live.topics import sse
@@ -157,10 +156,8 @@ def admit(holder: str, now: datetime | None = None) -> Stream:
 
 def _lease(holder: str, limit: int, now: datetime) -> str | None:
     with write_transaction(db.session):
-        if db.session.get_bind().dialect.name == "postgresql":
-            # Two tabs opening at once must count each other: one holder's admissions take
-            # turns (on SQLite the write transaction already serialises them all).
-            db.session.execute(select(func.pg_advisory_xact_lock(_lock_key(holder))))
+        # Two tabs opening at once must count each other: one holder's admissions take turns.
+        take_turns(db.session, f"live-streams:{holder}")
         lapsed = now - timedelta(seconds=LEASE_SECONDS)
         db.session.execute(delete(LiveStream).where(LiveStream.seen_at < lapsed))
         _drop_leases_of_gone_processes()
@@ -222,10 +219,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # another user's process
     return True
-
-
-def _lock_key(holder: str) -> int:
-    return int.from_bytes(hashlib.sha256(holder.encode()).digest()[:8], "big", signed=True)
 
 
 def open_streams(holder: str | None = None) -> int:

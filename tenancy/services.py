@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from sqlalchemy import case, func, literal, or_, select
 
-from database import iso, utcnow, write_transaction
+from database import iso, take_turns, utcnow, write_transaction
 from extensions import db
 from security.echo import printable
 from tenancy.models import CLOSED, Tenant
@@ -48,7 +48,8 @@ def tenant_dict(tenant: Tenant) -> dict[str, Any]:
 
 
 def create(name: str) -> Tenant:
-    """A new active tenant; the name is what operators search for."""
+    """A new active tenant; the name is what operators search for, so no other tenant has
+    it (in any case)."""
     clean = " ".join(name.split())
     if not clean:
         raise TenantError("a tenant needs a name")
@@ -57,6 +58,8 @@ def create(name: str) -> Tenant:
     if not printable(clean):
         raise TenantError("a tenant name cannot hold control characters or text not UTF-8")
     with write_transaction(db.session):
+        if clean.lower() in _names_taken():
+            raise TenantError(f"a tenant is already named {clean!r} (names ignore case)")
         tenant = Tenant(name=clean, status="active")
         db.session.add(tenant)
     return tenant
@@ -112,7 +115,7 @@ def import_csv(handle: TextIO) -> ImportReport:
         raise TenantError(f"not a CSV file: line {reader.line_num + 1}: {exc}") from None
     created = skipped = 0
     with write_transaction(db.session):
-        taken = {n.lower() for n in db.session.execute(select(Tenant.name)).scalars()}
+        taken = _names_taken()
         for name in names:
             if name.lower() in taken:
                 skipped += 1
@@ -121,6 +124,14 @@ def import_csv(handle: TextIO) -> ImportReport:
             db.session.add(Tenant(name=name, status="active"))
             created += 1
     return ImportReport(created, skipped)
+
+
+def _names_taken() -> set[str]:
+    """Every tenant's name in lower case, read in a write transaction that other creates
+    and imports wait for, so none adds a name between this read and its own write."""
+    take_turns(db.session, "tenants:names")
+    # Lowered here, not in SQL: SQLite's lower() leaves letters beyond ASCII as they are.
+    return {n.lower() for n in db.session.execute(select(Tenant.name)).scalars()}
 
 
 def _id_in(text: str) -> int | None:
