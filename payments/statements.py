@@ -142,8 +142,14 @@ class MonthlyStatementsTask:
             check_ended(context["period"])
         except StatementError as exc:
             raise ContextError(f"{TYPE}: {exc}") from None
-        if not 1 <= context.get("tenant_id", 1) <= MAX_ID:
+        tenant_id = context.get("tenant_id")
+        if tenant_id is None:
+            return
+        if not 1 <= tenant_id <= MAX_ID:
             raise ContextError(f"{TYPE}: the context key 'tenant_id' must be a tenant id")
+        # A mistyped id would start a run of no unit that completes, as if it had been done.
+        if db.session.get(Tenant, tenant_id) is None:
+            raise ContextError(f"{TYPE}: no tenant {tenant_id}")
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         period = context["period"]

@@ -74,6 +74,12 @@ def runs() -> int:
             "error: payments.monthly_statements: the context key 'tenant_id' must be a tenant id",
         ),
         (
+            # A tenant that does not exist: a run of no unit would complete as if done.
+            "payments.monthly_statements",
+            {"period": "2026-01", "tenant_id": 424242},
+            "error: payments.monthly_statements: no tenant 424242",
+        ),
+        (
             "diagnostics.effects",
             {"units": 10**12},
             "error: diagnostics.effects: at most 10,000,000 units, not 1,000,000,000,000",
