@@ -4,7 +4,8 @@ Only values that pass their checksum are masked, so order numbers and dates that
 merely look long survive. A value is found wherever it sits, never by one greedy
 match tried as a whole:
 
-- cards: digits joined by at most two spaces, dashes or dots form a run of groups;
+- cards: digits joined by at most two spaces (no-break and thin ones too), tabs, dashes
+  or dots form a run of groups;
   a whole run of 13 to 19 digits, or a part of a run that starts and ends at its
   groups' edges and reads as a number of its own, is Luhn-checked and masked if
   valid (``order 10 4111111111111111`` loses the card, not the order number). Digits
@@ -48,15 +49,18 @@ IBAN_LENGTHS = {
     "YE": 30,
 }  # fmt: skip
 
-DIGIT_RUN = re.compile(r"\d(?:[ .\-]{0,2}\d)*")
+# What may stand between a value's groups: a space (a no-break, thin or narrow one too, as
+# word processors and banking apps write them), a tab, a dot or a dash.
+_GAP = " \u00a0\u2009\u202f\t"
+DIGIT_RUN = re.compile(rf"\d(?:[{_GAP}.\-]{{0,2}}\d)*")
 IBAN_START = re.compile(r"(?=[A-Za-z]{2}\d{2})")
-SSN = re.compile(r"(?<!\d)(?!000|666|9)\d{3}([ \-]?)(?!00)\d{2}\1(?!0000)\d{4}(?!\d)")
+SSN = re.compile(rf"(?<!\d)(?!000|666|9)\d{{3}}([{_GAP}\-]?)(?!00)\d{{2}}\1(?!0000)\d{{4}}(?!\d)")
 UUID = re.compile(
     r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
     r"[0-9a-fA-F]{12}(?![0-9A-Za-z])"
     r"|(?<![0-9A-Za-z])[0-9a-fA-F]{32}(?![0-9A-Za-z])"
 )
-SEPARATOR = re.compile(r"([ .\-]{1,2})")
+SEPARATOR = re.compile(rf"([{_GAP}.\-]{{1,2}})")
 CARD_DIGITS = range(13, 20)
 # A digit's contribution to a Luhn sum when it is doubled.
 _DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
@@ -70,7 +74,7 @@ def luhn_valid(digits: str) -> bool:
 
 
 def iban_valid(candidate: str) -> bool:
-    compact = re.sub(r"[ \-]", "", candidate).upper()
+    compact = re.sub(rf"[{_GAP}\-]", "", candidate).upper()
     if IBAN_LENGTHS.get(compact[:2]) != len(compact) or not (
         compact.isascii() and compact.isalnum()
     ):
@@ -157,7 +161,7 @@ def _iban_end(text: str, begin: int, length: int) -> int | None:
         char = text[at]
         if char.isascii() and char.isalnum():
             count += 1
-        elif not (char in " -" and count % 4 == 0 and count):
+        elif not ((char in _GAP or char == "-") and count % 4 == 0 and count):
             return None
         at += 1
     return at if count == length else None

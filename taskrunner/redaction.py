@@ -104,12 +104,27 @@ def bounded(text: str) -> str:
     window = sanitised(text[:WINDOW])
     try:
         stored = scrub(window)
+        if len(text) > WINDOW:
+            stored = stored[: len(stored) - _untouched_end(window, stored)]
+        if len(stored) > MAX_LENGTH:
+            stored = _cut(stored)
     except Exception:  # never store what could not be scrubbed, never fail for it either
         logger.exception("The scrubber failed on a text to store; it is withheld")
         return WITHHELD
-    if len(text) > WINDOW:
-        stored = stored[: len(stored) - _untouched_end(window, stored)]
-    return stored[:MAX_LENGTH]
+    return stored
+
+
+def _cut(scrubbed: str) -> str:
+    """``scrubbed`` cut to ``MAX_LENGTH``, scrubbed again: the cut may leave the head of a
+    longer value the scrubber rightly passed over (a 20-digit reference cut to a valid
+    card's 16)."""
+    cut = scrubbed[:MAX_LENGTH]
+    for _ in range(3):  # a label cut short scrubs to itself: this settles in a step or two
+        again = scrub(cut)[:MAX_LENGTH]
+        if again == cut:
+            break
+        cut = again
+    return cut
 
 
 def _untouched_end(before: str, after: str) -> int:

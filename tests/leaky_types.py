@@ -25,6 +25,10 @@ SECRETS = {
     "password in a URL": "hunter2",
     "password pair": "Tr0ub4dor-leaky",
     "token pair": "t0ken-leaky-0123",
+    "prefixed name": "Smtp-leaky-S3cret",
+    "quoted with a space": "horse-leaky-S3cret",
+    "token scheme": "9944b09199c62bcf-leaky",
+    "JSON key with a prefix": "wJalrXUtnFEMI-leaky",
     "card number": "4111 1111 1111 1111",
 }
 MESSAGE = (
@@ -32,7 +36,10 @@ MESSAGE = (
     f"Authorization: Bearer {SECRETS['bearer token']}, "
     f"dsn postgresql://u:{SECRETS['password in a URL']}@h/db, "
     f"retry with password={SECRETS['password pair']}&token={SECRETS['token pair']} "
-    f"for card {SECRETS['card number']}"
+    f"for card {SECRETS['card number']}; "
+    f"SMTP_PASSWORD={SECRETS['prefixed name']} db_password='correct "
+    f"{SECRETS['quoted with a space']}' Authorization: Token {SECRETS['token scheme']}; "
+    f'body {{"aws_secret_access_key": "{SECRETS["JSON key with a prefix"]}"}}'
 )
 # What may be left of the secrets anywhere: the card in any spacing, the rest verbatim.
 FOUND = re.compile(

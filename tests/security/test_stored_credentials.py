@@ -1,9 +1,11 @@
 """Credentials in a domain error's message are never stored, shown or handed to anyone.
 
 Item 1 of the second security review. A unit of a tenant fails with a domain error
-carrying an API key, a bearer token, a password in a URL, ``password=``/``token=`` pairs
-and a card number; the tenant's pending request is failed with the same error; a
-subscriber of ``tasks.unit.failed`` refuses the event with the same text. Then every
+carrying an API key, a bearer token, a password in a URL, ``password=``/``token=`` pairs,
+names with a prefix (``SMTP_PASSWORD=``, a JSON ``"aws_secret_access_key"``), a quoted
+password with a space, an ``Authorization: Token`` header and a card number; the
+tenant's pending request is failed with the same error; a subscriber of
+``tasks.unit.failed`` refuses the event with the same text. Then every
 table, the event handed to the subscriber, every page of the run, the JSON API, the CLI
 and the tenant API are searched for the secrets: none is there, while what an operator
 needs (the message around them, the card's last four digits) still is.
@@ -31,7 +33,8 @@ VIEWER = "viewer@example.com"
 SCRUBBED = (
     "vendor refused the export: key sk_live_[redacted], Authorization: Bearer [redacted], "
     "dsn postgresql://u:[redacted]@h/db, retry with password=[redacted]&token=[redacted] "
-    "for card [card ····1111]"
+    "for card [card ····1111]; SMTP_PASSWORD=[redacted] db_password='[redacted]' "
+    'Authorization: Token [redacted]; body {"aws_secret_access_key": "[redacted]"}'
 )
 
 
