@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from typing import Any, NoReturn
 
@@ -17,7 +16,7 @@ from taskrunner import cli_options, delivery, dispatch, operations, periodic, ru
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
-from taskrunner.types import TERMINAL_RUN, NotRecorded, Refused, plural
+from taskrunner.types import NotRecorded, Refused, plural
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
 events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
@@ -63,18 +62,12 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
         dispatch_failed(exc)
     click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
     warn_if_unread(type_)
-    if wait:
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            run = ledger.runs.get_run(handle.uuid)
-            if run.status in TERMINAL_RUN:
-                click.echo(f"finished: {run.status}", err=True)
-                break
-            ledger.session.rollback()
-            time.sleep(0.2)
-        else:
-            click.echo(f"still running after {wait:g} s", err=True)
+    ended = runner.ended_within(handle.uuid, wait) if wait else None
+    if ended:
+        click.echo(f"finished: {ended}", err=True)
     click.echo(handle.uuid)
+    if wait and not ended:  # a check end to end fails when no worker ran the run
+        refuse(f"run {handle.uuid} still running after {wait:g} s")
 
 
 @tasks_cli.command("status")

@@ -6,6 +6,7 @@ The CLI and the web views are both thin callers of these functions.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
 from taskrunner.registry import registry
 from taskrunner.types import (
+    TERMINAL_RUN,
     ContextError,
     NotRecorded,
     Refused,
@@ -144,6 +146,18 @@ def retry(
         )
     _dispatch_or_settle(dispatch)
     return dispatch.count
+
+
+def ended_within(run_uuid: str, seconds: float) -> str | None:
+    """The run's status once it has ended, if it ends within ``seconds``; else None."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if (status := ledger.runs.get_run(run_uuid).status) in TERMINAL_RUN:
+            return status
+        ledger.session.rollback()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
 
 
 def cancel(run_uuid: str, actor: Actor = CLI) -> int:

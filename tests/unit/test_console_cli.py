@@ -206,3 +206,25 @@ def test_a_units_line_stays_one_line_and_says_no_tenant_as_a_dash(app, cli):
         assert lines and all("tenant=-" in line for line in lines), (name, output)
         assert all(line.endswith("vendor said no\\nat the end") for line in lines), (name, output)
         assert "at the end" not in output.replace("\\nat the end", ""), (name, output)
+
+
+def test_start_with_wait_fails_when_no_worker_ends_the_run_in_time(cli):
+    # The README's check end to end: with no consumer running it must not pass.
+    context = json.dumps({"units": 2, "sleep_ms": 0})
+    result = cli.invoke(
+        args=["tasks", "start", "diagnostics.probe", "--context", context, "--wait", "0.3"]
+    )
+
+    assert result.exit_code == 1
+    run_uuid = result.stdout.strip()
+    assert result.stderr.splitlines()[-1] == f"error: run {run_uuid} still running after 0.3 s"
+
+
+def test_start_with_wait_says_how_the_run_ended(inline_cli):
+    context = json.dumps({"units": 4, "fail_every": 2, "sleep_ms": 0})
+    result = inline_cli.invoke(
+        args=["tasks", "start", "diagnostics.probe", "--context", context, "--wait", "30"]
+    )
+
+    assert result.exit_code == 0, result.stderr
+    assert "finished: completed_with_failures" in result.stderr
