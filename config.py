@@ -49,7 +49,9 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
     return value
 
 
-def _float(name: str, default: float) -> float:
+def _float(name: str, default: float, positive: bool = False) -> float:
+    """A number of zero or more; a period or a timeout (``positive``) is more than zero: a
+    loop would spin on it, or a socket give up before it began."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -62,7 +64,13 @@ def _float(name: str, default: float) -> float:
         raise ConfigError(f"{name} must be a number, got {raw!r}")
     if value < 0:
         raise ConfigError(f"{name} must not be negative, got {raw!r}")
+    if positive and value == 0:
+        raise ConfigError(f"{name} must be more than 0, got {raw!r}")
     return value
+
+
+# gunicorn.conf.py reads its numbers before the app exists, with the same rules.
+whole_number = _int
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -162,13 +170,15 @@ class Config:
         self.QUEUE_IMMEDIATE = env.get("QUEUE_IMMEDIATE", "") == "1"
         if env.get("SECRET_KEY"):
             self.SECRET_KEY = env["SECRET_KEY"]
-        self.TASK_RUNNER_RETRY_HORIZON_HOURS = _float("TASK_RUNNER_RETRY_HORIZON_HOURS", 6)
+        self.TASK_RUNNER_RETRY_HORIZON_HOURS = _float(
+            "TASK_RUNNER_RETRY_HORIZON_HOURS", 6, positive=True
+        )
         # The throttle's fixed window: rate_per_minute units per window (60 s in production).
         self.TASK_RUNNER_RATE_WINDOW_SECONDS = _int(
             "TASK_RUNNER_RATE_WINDOW_SECONDS", 60, minimum=1
         )
         self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int("TASK_RUNNER_STUCK_AFTER_MINUTES", 60)
-        self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30)
+        self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30, minimum=1)
         self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
         # Periods of the two sweeps that run every few minutes (taskrunner/periodic.py).
         self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60, minimum=1)
@@ -178,7 +188,9 @@ class Config:
         self.TASK_RUNNER_RETENTION_DAYS = _int("TASK_RUNNER_RETENTION_DAYS", 30)
         # A subscriber that refuses an event retries after this many seconds, doubling
         # (at most an hour), and is parked after this many refusals.
-        self.TASK_RUNNER_EVENT_RETRY_SECONDS = _float("TASK_RUNNER_EVENT_RETRY_SECONDS", 60)
+        self.TASK_RUNNER_EVENT_RETRY_SECONDS = _float(
+            "TASK_RUNNER_EVENT_RETRY_SECONDS", 60, positive=True
+        )
         self.TASK_RUNNER_EVENT_MAX_ATTEMPTS = _int("TASK_RUNNER_EVENT_MAX_ATTEMPTS", 8, minimum=1)
         self.TASK_RUNNER_INSERT_CHUNK = _int("TASK_RUNNER_INSERT_CHUNK", 5000, minimum=1)
         self.TASK_RUNNER_DISPATCH_CHUNK = _int("TASK_RUNNER_DISPATCH_CHUNK", 1000, minimum=1)
@@ -193,7 +205,7 @@ class Config:
         self.TASK_RUNNER_UNIT_COMMIT = env.get("TASK_RUNNER_UNIT_COMMIT", "fast")
         # Consumers register themselves and heartbeat every CONSUMER_HEARTBEAT_SECONDS; one
         # silent for three beats is shown as lost, and forgotten after the retention.
-        self.CONSUMER_HEARTBEAT_SECONDS = _float("CONSUMER_HEARTBEAT_SECONDS", 10)
+        self.CONSUMER_HEARTBEAT_SECONDS = _float("CONSUMER_HEARTBEAT_SECONDS", 10, positive=True)
         self.CONSUMER_RETENTION_MINUTES = _int("CONSUMER_RETENTION_MINUTES", 60)
         self.ASYNC_REQUESTS_RETENTION_DAYS = _int("ASYNC_REQUESTS_RETENTION_DAYS", 7)
         self.LLM_DRIVER = env.get("LLM_DRIVER", "fake")
@@ -205,7 +217,7 @@ class Config:
         # The run pages' live streams: how long one stream lasts (the browser reconnects)
         # and how often it probes the runs it follows.
         self.LIVE_STREAM_SECONDS = _int("LIVE_STREAM_SECONDS", 60, minimum=1)
-        self.LIVE_POLL_SECONDS = _float("LIVE_POLL_SECONDS", 1.0)
+        self.LIVE_POLL_SECONDS = _float("LIVE_POLL_SECONDS", 1.0, positive=True)
         # Open streams hold a request thread each: at most this many in one web process
         # (gunicorn.conf.py keeps the rest of its threads for pages), and at most this many
         # of one operator session on every process and host together. More: 429.
@@ -215,7 +227,9 @@ class Config:
         self.OVERVIEW_CACHE_SECONDS = _float("OVERVIEW_CACHE_SECONDS", 5.0)
         self.DOCUMENTS_PROVIDER_URL = env.get("DOCUMENTS_PROVIDER_URL", "")
         self.DOCUMENTS_PROVIDER_TOKEN = env.get("DOCUMENTS_PROVIDER_TOKEN", "")
-        self.DOCUMENTS_PROVIDER_TIMEOUT_SECONDS = _float("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", 10)
+        self.DOCUMENTS_PROVIDER_TIMEOUT_SECONDS = _float(
+            "DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", 10, positive=True
+        )
         # A host cut off from PostgreSQL or Redis must not hang on a dead socket: connecting
         # gives up after the first, a connection whose peer went silent breaks after about
         # the second (database.postgres_connect_args, tasks.queues).
@@ -238,7 +252,9 @@ class Config:
         self.REMEMBER_COOKIE_HTTPONLY = True
         self.REMEMBER_COOKIE_SECURE = self.SESSION_COOKIE_SECURE
         self.HSTS_SECONDS = 0 if self.DEVELOPMENT else _int("HSTS_SECONDS", 31536000)
-        self.PERMANENT_SESSION_LIFETIME = timedelta(hours=_float("SESSION_LIFETIME_HOURS", 12))
+        self.PERMANENT_SESSION_LIFETIME = timedelta(
+            hours=_float("SESSION_LIFETIME_HOURS", 12, positive=True)
+        )
         self.WTF_CSRF_TIME_LIMIT = _int("CSRF_TOKEN_LIFETIME_SECONDS", 3600, minimum=1)
         # Requests whose bodies are bigger are refused with a 413 before they are read.
         self.MAX_CONTENT_LENGTH = _int("MAX_CONTENT_LENGTH", 1024 * 1024, minimum=1)
@@ -275,7 +291,7 @@ class Config:
         self.ALERT_EVALUATE_SECONDS = _int("ALERT_EVALUATE_SECONDS", 60, minimum=1)
         # Which channels each rule goes to ("rule=slack+email,*=webhook"); unset: all.
         self.ALERT_ROUTES = env.get("ALERT_ROUTES", "")
-        self.ALERT_TIMEOUT_SECONDS = _float("ALERT_TIMEOUT_SECONDS", 5)
+        self.ALERT_TIMEOUT_SECONDS = _float("ALERT_TIMEOUT_SECONDS", 5, positive=True)
         self.ALERT_SLACK_WEBHOOK_URL = env.get("ALERT_SLACK_WEBHOOK_URL", "")
         self.ALERT_WEBHOOK_URL = env.get("ALERT_WEBHOOK_URL", "")
         self.ALERT_WEBHOOK_SECRET = env.get("ALERT_WEBHOOK_SECRET", "")

@@ -21,13 +21,18 @@ import os
 import signal
 
 from blueprints.problems import SERVER_REQUEST_LINE_LIMIT
+from config import ConfigError, whole_number
+from security.echo import error_line
 
+try:
+    workers = whole_number("WEB_WORKERS", 4, minimum=1)
+    # Threads, not one request per process: a stream must never hold a whole worker.
+    threads = whole_number("WEB_THREADS", 8, minimum=1)
+except ConfigError as exc:  # one line and stop, as every entry point does
+    raise SystemExit(error_line(exc.format_message())) from None
 wsgi_app = "wsgi:app"
 bind = [os.environ.get("WEB_BIND", "127.0.0.1:8000")]
-workers = int(os.environ.get("WEB_WORKERS", "4"))
-# Threads, not one request per process: a stream must never hold a whole worker.
 worker_class = "gthread"
-threads = int(os.environ.get("WEB_THREADS", "8"))
 # The threaded worker's main loop reports to the arbiter while its threads stream, so a
 # long stream never looks like a hung worker; a request stuck this long does.
 timeout = 60
@@ -47,8 +52,7 @@ def on_starting(server) -> None:
     """Refuse settings under which streams could take every thread of a worker."""
     from gunicorn.workers.gthread import ThreadWorker
 
-    from config import Config, ConfigError
-    from security.echo import error_line
+    from config import Config
 
     try:
         cap = Config().LIVE_STREAMS_PER_PROCESS

@@ -111,6 +111,15 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("TASK_RUNNER_SWEEP_SECONDS", "0", "must be at least 1, got '0'"),
         ("TASK_RUNNER_DISPATCH_CHUNK", "0", "must be at least 1, got '0'"),
         ("ALERT_STALE_MINUTES", "-5", "must not be negative, got '-5'"),
+        # A period at zero spins its loop, and makes every unit and consumer look lost.
+        ("TASK_RUNNER_HEARTBEAT_SECONDS", "0", "must be at least 1, got '0'"),
+        ("CONSUMER_HEARTBEAT_SECONDS", "0", "must be more than 0, got '0'"),
+        ("LIVE_POLL_SECONDS", "0.0", "must be more than 0, got '0.0'"),
+        ("TASK_RUNNER_EVENT_RETRY_SECONDS", "0", "must be more than 0, got '0'"),
+        ("TASK_RUNNER_RETRY_HORIZON_HOURS", "0", "must be more than 0, got '0'"),
+        ("SESSION_LIFETIME_HOURS", "0", "must be more than 0, got '0'"),
+        ("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
+        ("ALERT_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
     ):
         with monkeypatch.context() as patched:
             patched.setenv(setting, value)
@@ -148,6 +157,26 @@ def test_gunicorns_master_stops_on_a_bad_setting_with_one_error_line(tmp_path):
     assert done.returncode == 1, done.stderr
     errors = [line for line in done.stderr.splitlines() if "Traceback" in line or "error" in line]
     assert errors == ["error: TASK_RUNNER_RETENTION_DAYS must be a whole number, got '1e3'"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("WEB_WORKERS", "abc", "must be a whole number, got 'abc'"),
+        ("WEB_WORKERS", "0", "must be at least 1, got '0'"),
+        ("WEB_THREADS", "8.5", "must be a whole number, got '8.5'"),
+    ],
+)
+def test_gunicorn_refuses_its_own_bad_numbers_with_one_error_line(tmp_path, setting, value, named):
+    # They were read by a bare int(): a traceback, or a server with no worker at all.
+    done = run(
+        ["-m", "gunicorn", "-c", "gunicorn.conf.py", "-b", "127.0.0.1:0", "wsgi:app"],
+        tmp_path,
+        **{setting: value},
+    )
+
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [f"error: {setting} {named}"]
 
 
 def test_a_config_error_quoting_a_line_break_or_an_escape_is_still_one_line():
