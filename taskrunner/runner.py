@@ -116,7 +116,9 @@ def _dispatch_or_settle(dispatch: Dispatch) -> None:
     except Exception as exc:
         # The wedge guard: no run stays running with nothing in flight.
         logger.exception("Dispatch of run %s failed", dispatch.run_uuid)
-        ledger.transitions.fail_undispatched(dispatch.run_id, f"dispatch failed: {redact(exc)}")
+        # Only this dispatch's units: a narrow retry's failure leaves the jobs of the others.
+        reason = f"dispatch failed: {redact(exc)}"
+        ledger.transitions.fail_undispatched(dispatch.run_id, reason, token=dispatch.token)
         raise
 
 
@@ -164,7 +166,12 @@ def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     """Cancel a running run; return how many units were skipped."""
     run = ledger.runs.get_run(run_uuid)
     queued, skipped = ledger.actions.cancel(run_uuid, actor)
-    dispatching.revoke(queued, run.type)
+    try:
+        dispatching.revoke(queued, run.type)
+    except Exception:
+        # The run is cancelled: a job left in the queue finds its unit skipped and does
+        # nothing, so an unreachable queue costs a wasted dequeue, not a failed cancel.
+        logger.exception("Run %s is cancelled; its queued jobs could not be revoked", run_uuid)
     return skipped
 
 
@@ -209,6 +216,12 @@ def resume(type_: str, actor: Actor = CLI) -> int | None:
         dispatches = ledger.actions.resume_type(type_, actor)
     if dispatches is None:
         return None
+    failure: Exception | None = None
     for dispatch in dispatches:
-        _dispatch_or_settle(dispatch)
+        try:
+            _dispatch_or_settle(dispatch)
+        except Exception as exc:  # each run is dispatched or settled on its own
+            failure = failure or exc
+    if failure is not None:
+        raise failure
     return sum(d.count for d in dispatches)

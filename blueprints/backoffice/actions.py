@@ -11,7 +11,8 @@ from blueprints import params
 from blueprints.backoffice.blueprint import bp
 from blueprints.backoffice.pages import MANAGE, run_or_404
 from blueprints.ui import plural
-from taskrunner.contract import Refused, operations
+from database import database_outage
+from taskrunner.contract import Refused, operations, redact
 
 
 def actor() -> operations.Actor:
@@ -105,9 +106,23 @@ def retry(run_uuid: str):
         )
     except Refused as exc:
         flash(f"Nothing retried: {exc}", "error")
+    except Exception as exc:
+        dispatch_failed(exc)
     else:
         flash(f"Retrying {_plural(count, 'unit')}.", "success")
     return redirect(back)
+
+
+def dispatch_failed(exc: Exception) -> None:
+    """The queue refused a dispatch the ledger had committed: the runner failed the units
+    it could not queue and logged why; say so, as the command line does."""
+    if database_outage(exc):
+        raise exc  # the outage page answers it
+    flash(
+        f"Dispatch failed: {redact(exc)}. The units it could not queue are failed: retry "
+        "them once the queue is back.",
+        "error",
+    )
 
 
 @bp.post("/task-runs/<run_uuid>/cancel")

@@ -8,7 +8,7 @@ from flask import abort, flash, redirect, render_template, request, url_for
 
 from accounts.permissions import permission_required
 from blueprints import params
-from blueprints.backoffice.actions import actor, confirmed
+from blueprints.backoffice.actions import actor, confirmed, dispatch_failed
 from blueprints.backoffice.blueprint import bp
 from blueprints.backoffice.pages import MANAGE, VIEW, can_manage
 from taskrunner.contract import Refused, operations
@@ -139,6 +139,8 @@ def resume(type_: str):
         count = operations.resume(type_, actor())
     except Refused as exc:
         flash(f"Not resumed: {exc}", "error")
+    except Exception as exc:
+        dispatch_failed(exc)
     else:
         if count is None:
             flash(f"{type_} was not paused.", "success")

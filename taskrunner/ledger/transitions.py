@@ -125,8 +125,9 @@ class Transitions:
         self.session.rollback()
         return ids
 
-    def fail_undispatched(self, run_id: int, reason: str, kind: str = VENDOR) -> None:
-        """The wedge guard: dispatch broke after commit, so nothing pending may stay."""
+    def fail_undispatched(self, run_id: int, reason: str, token: str | None = None) -> None:
+        """The wedge guard: nothing pending under the broken dispatch's ``token`` may stay."""
+        mine = () if token is None else (TaskRunUnit.dispatch_token == token,)  # None: any
         with self.writes.transition() as outbox:
             self.writes.lock_run(run_id)
             now = utcnow()
@@ -136,11 +137,12 @@ class Transitions:
                     TaskRunUnit.task_run_id == run_id,
                     TaskRunUnit.status == UnitStatus.PENDING,
                     not_deleted(TaskRunUnit),
+                    *mine,
                 )
                 .values(
                     status=UnitStatus.FAILED,
                     **stored_reason(bounded(reason)),
-                    failure_kind=kind,
+                    failure_kind=VENDOR,
                     stack=None,
                     finished_at=now,
                     updated_at=now,
