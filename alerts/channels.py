@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import smtplib
 import ssl
 import time
@@ -30,6 +31,8 @@ from taskrunner.contract import TaskReportableError
 ANSWER_CHARS = 200
 SIGNATURE_HEADER = "Taskledger-Signature"
 SECURITIES = ("none", "starttls", "ssl")
+
+logger = logging.getLogger(__name__)
 
 
 class ChannelError(TaskReportableError):
@@ -185,16 +188,30 @@ class EmailChannel:
             )
         else:
             smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
-        with smtp:
+        try:
             if self.security == "starttls":
                 smtp.starttls(context=context)
             if self.user:
                 smtp.login(self.user, self.password)
             refused = smtp.send_message(message)
-            code, answer = smtp.noop()
-        if refused:
-            raise ChannelError(f"refused {len(refused)} of {len(self.to)} recipients")
-        return f"{code} accepted for {len(self.to)} recipients"
+        except BaseException:
+            smtp.close()
+            raise
+        # The server took the message: a retry would send it again to every recipient who
+        # has it. A refused recipient is told in the answer, and a QUIT that fails (a 421)
+        # cannot take the message back.
+        try:
+            smtp.quit()
+        except (smtplib.SMTPException, OSError):
+            smtp.close()
+        if not refused:
+            return f"accepted for {len(self.to)} recipients"
+        names = ", ".join(f"{address} {code}" for address, (code, _) in sorted(refused.items()))
+        logger.warning(
+            "email alert refused for %d of %d recipients: %s", len(refused), len(self.to), names
+        )
+        accepted = len(self.to) - len(refused)
+        return f"accepted for {accepted} of {len(self.to)} recipients; refused {names}"
 
 
 def configured(config: Mapping[str, Any]) -> dict[str, Channel]:

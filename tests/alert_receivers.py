@@ -80,14 +80,32 @@ class HttpReceiver:
 
 
 class MailHandler:
+    """Accepts every message; refuses the recipients of ``refused`` (550) at RCPT, and
+    answers QUIT with ``quit_answer`` when it is set, as a server shutting down does."""
+
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self.raw: list[bytes] = []
+        self.recipients: list[list[str]] = []
+        self.refused: set[str] = set()
+        self.quit_answer = ""
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:
+        if address in self.refused:
+            return "550 5.1.1 no such mailbox"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.raw.append(envelope.content)
+        self.recipients.append(list(envelope.rcpt_tos))
         self.messages.append(message_from_bytes(envelope.content, policy=policy.default))
         return "250 Message accepted for delivery"
+
+    async def handle_QUIT(self, server: Any, session: Any, envelope: Any) -> str:
+        return self.quit_answer or "221 Bye"
 
 
 class SmtpReceiver:

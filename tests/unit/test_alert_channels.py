@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from alerts.models import AlertDelivery
 from extensions import db
 from taskrunner import runner
 from taskrunner.models import EventDelivery
@@ -19,6 +20,7 @@ from tests.alert_receivers import (
     HttpReceiver,
     SmtpReceiver,
     drain,
+    relay_now,
     self_signed,
     verify_signature,
 )
@@ -120,6 +122,40 @@ def test_email_goes_through_a_real_smtp_server(channels, controlled, smtp):
     text = message.get_payload(decode=True).decode()
     assert f"Run: {BASE}/backoffice/task-runs/{run_uuid}" in text
     assert "2 × [domain] unit k# broke" in text
+
+
+@pytest.mark.parametrize("server", ["refuses one recipient", "answers QUIT with 421"])
+def test_an_email_the_server_accepted_is_delivered_once_and_the_episode_goes_on(
+    make_app, controlled, smtp, server
+):
+    if server == "refuses one recipient":
+        smtp.handler.refused = {"gone@example.test"}
+    else:
+        smtp.handler.quit_answer = "421 4.3.2 shutting down"
+    app = make_app(
+        ALERT_EMAIL_TO="oncall@example.test, gone@example.test",
+        SMTP_HOST="127.0.0.1",
+        SMTP_PORT=smtp.port,
+        SMTP_SECURITY="none",
+        TASK_RUNNER_EVENT_RETRY_SECONDS=0,
+    )
+    with app.app_context():
+        failed_run(controlled)
+        controlled.failing = set()
+        runner.start("tests.controlled", {"units": 1}, "test")
+        drain("tasks", "default")
+        for _ in range(3):  # every refusal would be due again
+            relay_now()
+        deliveries = db.session.execute(
+            select(AlertDelivery).order_by(AlertDelivery.message_id)
+        ).scalars()
+        recorded = [(d.attempts, d.delivered_at is not None, d.last_error) for d in deliveries]
+
+    subjects = [m["Subject"].strip().split(":")[0] for m in smtp.handler.messages]
+    assert subjects == ["[Taskledger] Alert", "[Taskledger] Resolved"]
+    assert recorded == [(1, True, None), (1, True, None)]
+    if server == "refuses one recipient":
+        assert smtp.handler.recipients == [["oncall@example.test"]] * 2
 
 
 def test_rules_are_routed_to_the_channels_the_settings_name(
