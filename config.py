@@ -301,7 +301,7 @@ class Config:
         self.SMTP_USER = env.get("SMTP_USER", "")
         self.SMTP_PASSWORD = env.get("SMTP_PASSWORD", "")
         self.SMTP_FROM = env.get("SMTP_FROM", "")
-        self.SMTP_SECURITY = env.get("SMTP_SECURITY", "starttls")
+        self.SMTP_SECURITY = _one_of("SMTP_SECURITY", ("none", "starttls", "ssl"), "starttls")
         # Absolute links in alerts ("https://backoffice.example.com"); unset: paths only.
         self.BACKOFFICE_URL = env.get("BACKOFFICE_URL", "")
         self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60, minimum=1)

@@ -214,8 +214,43 @@ class EmailChannel:
         return f"accepted for {accepted} of {len(self.to)} recipients; refused {names}"
 
 
+@dataclass(frozen=True)
+class UnusableChannel:
+    """A channel the settings configure but cannot build: each send is refused with the
+    reason, so its deliveries say what to fix and the other channels still send."""
+
+    name: str
+    reason: str
+
+    def send(self, body: Mapping[str, Any]) -> str:
+        raise ChannelError(self.reason)
+
+
+def _email(config: Mapping[str, Any], base: str, timeout: float) -> Channel:
+    security = config["SMTP_SECURITY"]
+    if security not in SECURITIES:
+        reason = f"SMTP_SECURITY: {security!r} is not one of {', '.join(SECURITIES)}"
+        return UnusableChannel("email", reason)
+    try:
+        port = int(config["SMTP_PORT"])
+    except ValueError:
+        return UnusableChannel("email", f"SMTP_PORT: {config['SMTP_PORT']!r} is not a port")
+    return EmailChannel(
+        host=config["SMTP_HOST"],
+        port=port,
+        security=security,
+        user=config["SMTP_USER"],
+        password=config["SMTP_PASSWORD"],
+        sender=config["SMTP_FROM"] or "taskledger@localhost",
+        to=tuple(a.strip() for a in config["ALERT_EMAIL_TO"].split(",") if a.strip()),
+        base_url=base,
+        timeout=timeout,
+    )
+
+
 def configured(config: Mapping[str, Any]) -> dict[str, Channel]:
-    """The channels the settings configure, by name."""
+    """The channels the settings configure, by name; one whose settings are unusable is
+    there too, refusing every send (``UnusableChannel``), never in the others' way."""
     base, timeout = config["BACKOFFICE_URL"], float(config["ALERT_TIMEOUT_SECONDS"])
     found: dict[str, Channel] = {}
     if config["ALERT_SLACK_WEBHOOK_URL"]:
@@ -225,18 +260,5 @@ def configured(config: Mapping[str, Any]) -> dict[str, Channel]:
             config["ALERT_WEBHOOK_URL"], config["ALERT_WEBHOOK_SECRET"], base, timeout
         )
     if config["ALERT_EMAIL_TO"] and config["SMTP_HOST"]:
-        security = config["SMTP_SECURITY"]
-        if security not in SECURITIES:
-            raise ValueError(f"SMTP_SECURITY: {security!r} is not one of {', '.join(SECURITIES)}")
-        found["email"] = EmailChannel(
-            host=config["SMTP_HOST"],
-            port=int(config["SMTP_PORT"]),
-            security=security,
-            user=config["SMTP_USER"],
-            password=config["SMTP_PASSWORD"],
-            sender=config["SMTP_FROM"] or "taskledger@localhost",
-            to=tuple(a.strip() for a in config["ALERT_EMAIL_TO"].split(",") if a.strip()),
-            base_url=base,
-            timeout=timeout,
-        )
+        found["email"] = _email(config, base, timeout)
     return found

@@ -147,13 +147,6 @@ def test_a_malformed_alert_setting_is_one_line_in_the_cli_and_named_on_the_page(
     assert "ALERT_ROUTES: unknown channel" in page.text
 
 
-def test_alerts_test_refuses_an_unknown_smtp_security_in_one_line(make_app):
-    app = make_app(ALERT_EMAIL_TO="a@example.test", SMTP_HOST="127.0.0.1", SMTP_SECURITY="tls")
-    result = app.test_cli_runner().invoke(args=["alerts", "test"])
-    assert result.exit_code == 1
-    assert result.stderr == "error: SMTP_SECURITY: 'tls' is not one of none, starttls, ssl\n"
-
-
 def test_alerts_test_refuses_a_receiver_url_that_is_not_http(make_app):
     app = make_app(ALERT_WEBHOOK_URL="file:///etc/passwd")
     result = app.test_cli_runner().invoke(args=["alerts", "test"])
