@@ -5,8 +5,9 @@ A rule says, at a moment, whether its condition holds for a key (``raise_``) or 
 first seen that long ago, and resolves only once it has been clear that long: a
 condition that flaps inside its window is one episode, one alert and one resolved. An
 open episode is reminded after ``ALERT_REMIND_MINUTES``; a muted rule's episodes go on
-without messages. Every message is written with the episode, as a row and an outbox
-event, in the caller's one transaction (``publishing``).
+without messages, and one that opened during the mute and is still open is announced
+at the first judgement after it. Every message is written with the episode, as a row
+and an outbox event, in the caller's one transaction (``publishing``).
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ class Episodes:
                 episode.state = OPEN
                 episode.opened_at = self.now
                 self._message(episode, "opened")
-        elif self._reminder_due(episode):
-            self._message(episode, "reminder")
+        else:
+            self._follow_up(episode)
         db.session.flush()
         return episode
 
@@ -90,15 +91,23 @@ class Episodes:
             self._message(episode, "resolved")
 
     def remind(self, rules: tuple[str, ...]) -> None:
-        """Remind the open episodes of event rules (nothing re-judges them) that are due."""
+        """Announce or remind the open episodes of event rules (nothing re-judges them)."""
         for episode in db.session.execute(
             select(AlertEpisode).where(AlertEpisode.rule.in_(rules), AlertEpisode.state == OPEN)
         ).scalars():
-            if self._reminder_due(episode):
-                self._message(episode, "reminder")
+            self._follow_up(episode)
+
+    def _follow_up(self, episode: AlertEpisode) -> None:
+        """An open episode goes on: announced if it never was, else reminded when due."""
+        if episode.last_sent_at is None:
+            # It opened while its rule was muted: on-call has not heard of it yet, and a
+            # reminder (none at all with ALERT_REMIND_MINUTES=0) would not tell it began.
+            self._message(episode, "opened")
+        elif self._reminder_due(episode):
+            self._message(episode, "reminder")
 
     def _reminder_due(self, episode: AlertEpisode) -> bool:
-        last = episode.last_sent_at or episode.opened_at
+        last = episode.last_sent_at
         remind = timedelta(minutes=self.settings.remind_minutes)
         return last is not None and self.settings.remind_minutes > 0 and self.now - last >= remind
 

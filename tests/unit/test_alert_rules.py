@@ -9,13 +9,13 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from alerts import rules
+from alerts import operators, rules
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from database import utcnow
 from extensions import db
 from taskrunner import runner, schedules
 from taskrunner.contract import publishing
-from taskrunner.ledger import ledger
+from taskrunner.ledger import Actor, ledger
 from tests.alert_receivers import HttpReceiver, drain
 
 SECRET = "whsec-test-0123456789"
@@ -151,6 +151,47 @@ def test_a_muted_rule_sends_nothing_while_its_episodes_go_on(alerting, controlle
         resolved = db.session.execute(select(AlertEpisode.state)).scalar_one()
     assert receiver.kinds() == []
     assert tuple(opened) == ("run_failed", "open") and resolved == "resolved"
+
+
+def test_a_condition_that_opened_during_a_mute_is_announced_once_when_the_mute_ends(
+    alerting, controlled, receiver
+):
+    app = alerting(
+        ALERT_RULES="queue_long_wait", ALERT_QUEUE_WAIT_MINUTES="*=30", ALERT_REMIND_MINUTES=0
+    )
+    with app.app_context():
+        controlled.failing = set()
+        runner.start("tests.controlled", {"units": 1}, "test")  # waits: nobody drains
+        start = utcnow()
+        operators.mute("queue_long_wait", Actor("ops@example.com"), now=start)  # for 60 min
+        heard = {}
+        for minutes in (31, 59, 61, 90, 180):  # opens at 31, still waiting after the mute
+            rules.evaluate(start + timedelta(minutes=minutes))
+            drain("default")
+            heard[minutes] = receiver.kinds()
+
+    assert heard[59] == []
+    assert heard[61] == heard[180] == ["opened"]
+    assert receiver.received[0].json["key"] == "tasks"
+
+
+def test_a_failed_run_during_a_mute_is_announced_by_the_first_evaluation_after_it(
+    alerting, controlled, receiver
+):
+    with alerting(ALERT_RULES="run_failed", ALERT_REMIND_MINUTES=0).app_context():
+        start = utcnow()
+        operators.mute("run_failed", Actor("ops@example.com"), now=start)
+        run_of(controlled, 2, {"k1"})
+        rules.evaluate(start + timedelta(minutes=30))
+        drain("default")
+        during = receiver.kinds()
+        for minutes in (61, 90, 300):
+            rules.evaluate(start + timedelta(minutes=minutes))
+            drain("default")
+
+    assert during == []
+    assert receiver.kinds() == ["opened"]
+    assert receiver.received[0].json["rule"] == "run_failed"
 
 
 def test_a_schedule_that_misses_its_slots_alerts_once_and_resolves_when_it_runs_again(
