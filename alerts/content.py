@@ -41,14 +41,21 @@ def duration_text(seconds: int) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min"
 
 
-def compose(episode: AlertEpisode, kind: str, seq: int, now: datetime) -> dict[str, Any]:
-    """The body of one message of ``episode``: what every channel renders."""
+def compose(
+    episode: AlertEpisode, kind: str, seq: int, now: datetime, ended_by: str = ""
+) -> dict[str, Any]:
+    """The body of one message of ``episode``: what every channel renders; ``ended_by``
+    says why a "resolved" that is not the condition's end was sent."""
     summary = episode.summary or {}
     since = episode.opened_at or episode.first_seen_at
     seconds = int((now - since).total_seconds())
     facts = list(summary.get("facts", []))
     if kind != "opened":
         facts.append(["Duration", duration_text(seconds)])
+    title = f"{KIND_PREFIX.get(kind, kind)}: {summary.get('title', episode.rule)}"
+    if ended_by:
+        title = f"{title} ({ended_by})"
+        facts.append(["Ended", ended_by])
     return scrubbed(
         {
             "episode": episode.uuid,
@@ -56,7 +63,7 @@ def compose(episode: AlertEpisode, kind: str, seq: int, now: datetime) -> dict[s
             "kind": kind,
             "rule": episode.rule,
             "key": episode.key,
-            "title": f"{KIND_PREFIX.get(kind, kind)}: {summary.get('title', episode.rule)}",
+            "title": title,
             "text": summary.get("text", ""),
             "facts": facts,
             "error_groups": list(summary.get("error_groups", []))[:3],

@@ -26,6 +26,8 @@ from database import write_transaction
 from extensions import db
 from taskrunner.contract import Publisher
 
+SWITCHED_OFF = "rule switched off"
+
 
 class Episodes:
     """The episodes of one evaluation, at one moment, written through one publisher."""
@@ -90,6 +92,21 @@ class Episodes:
         if self._sent(episode):
             self._message(episode, "resolved")
 
+    def switch_off(self, rules: tuple[str, ...]) -> None:
+        """End the episodes of rules no longer in ``ALERT_RULES``: nothing judges them any
+        more. One that was announced is resolved with a message saying why, so a receiver
+        that tracks incidents closes it too; a pending one is dropped."""
+        for episode in db.session.execute(
+            select(AlertEpisode).where(AlertEpisode.rule.in_(rules), AlertEpisode.state != RESOLVED)
+        ).scalars():
+            if episode.state == PENDING:
+                db.session.delete(episode)
+                continue
+            episode.state = RESOLVED
+            episode.resolved_at = self.now
+            if episode.last_sent_at is not None:
+                self._message(episode, "resolved", ended_by=SWITCHED_OFF)
+
     def remind(self, rules: tuple[str, ...]) -> None:
         """Announce or remind the open episodes of event rules (nothing re-judges them)."""
         for episode in db.session.execute(
@@ -119,7 +136,7 @@ class Episodes:
             > 0
         )
 
-    def _message(self, episode: AlertEpisode, kind: str) -> None:
+    def _message(self, episode: AlertEpisode, kind: str, ended_by: str = "") -> None:
         if muted(episode.rule, self.now):
             return
         db.session.flush()
@@ -131,7 +148,7 @@ class Episodes:
             ).scalar_one()
             + 1
         )
-        body = compose(episode, kind, seq, self.now)
+        body = compose(episode, kind, seq, self.now, ended_by)
         db.session.add(
             AlertMessage(episode_id=episode.id, seq=seq, kind=kind, body=body, created_at=self.now)
         )

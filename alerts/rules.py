@@ -5,7 +5,8 @@ contract) by ``evaluate``, a periodic job: stale units (``ALERT_STALE_UNITS`` fo
 ``ALERT_STALE_MINUTES``), parked deliveries, a queue's long wait (its oldest pending unit
 older than the queue's threshold) and lost consumers. The rules the outbox tells (a run
 that ended with failures, a missed schedule) are its listeners (``listeners``); nothing
-re-judges their episodes, so ``evaluate`` reminds them.
+re-judges their episodes, so ``evaluate`` reminds them. A rule switched off in
+``ALERT_RULES`` is judged no more: ``evaluate`` ends its episodes (``switch_off``).
 
 The messages are written with the episodes and handed to the channels by a job
 (``alerts.deliver``), never inside the process that judged: a slow receiver holds up
@@ -23,7 +24,7 @@ from alerts import settings as alert_settings
 from alerts import summaries
 from alerts.channels import configured
 from alerts.episodes import Episodes, prune_resolved_before
-from alerts.settings import AlertSettings
+from alerts.settings import RULES, AlertSettings
 from database import utcnow
 from taskrunner.contract import (
     Cron,
@@ -67,7 +68,8 @@ def evaluate(now: datetime | None = None) -> list[str]:
 def _conditions(episodes: Episodes, scrape: metrics.Scrape) -> None:
     settings: AlertSettings = episodes.settings
     on = settings.enabled
-    episodes.remind(EVENT_RULES)
+    episodes.switch_off(tuple(rule for rule in RULES if rule not in on))
+    episodes.remind(tuple(rule for rule in EVENT_RULES if rule in on))
     if "stale_units" in on:
         total, window = sum(scrape.stale_units.values()), settings.stale_minutes
         if settings.stale_units > 0 and total >= settings.stale_units:

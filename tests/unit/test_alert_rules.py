@@ -249,6 +249,44 @@ def test_an_open_episode_of_an_event_rule_is_reminded_by_the_evaluation(
     assert ["Duration", "2 h 2 min"] in receiver.received[-1].json["facts"]
 
 
+@pytest.mark.parametrize("rule", ["run_failed", "queue_long_wait"])
+def test_a_rule_switched_off_while_open_ends_its_episode_once_and_reminds_no_more(
+    alerting, controlled, receiver, rule
+):
+    settings = {
+        "ALERT_REMIND_MINUTES": 60,
+        "ALERT_QUEUE_WAIT_MINUTES": "*=30",
+        "METRICS_TOKEN": "scrape-token",
+    }
+    start = utcnow()
+    with alerting(ALERT_RULES=rule, **settings).app_context():
+        if rule == "run_failed":
+            run_of(controlled, 2, {"k1"})
+        else:
+            controlled.failing = set()
+            runner.start("tests.controlled", {"units": 1}, "test")  # waits: nobody drains
+            rules.evaluate(start + timedelta(minutes=31))
+            drain("default")
+    switched_off = alerting(ALERT_RULES="", **settings)
+    with switched_off.app_context():
+        for minutes in (95, 200, 400):  # reminders would be due at each
+            rules.evaluate(start + timedelta(minutes=minutes))
+            drain("default")
+        states = db.session.execute(select(AlertEpisode.state)).scalars().all()
+    scraped = (
+        switched_off.test_client()
+        .get("/metrics", headers={"Authorization": "Bearer scrape-token"})
+        .get_data(as_text=True)
+    )
+
+    assert receiver.kinds() == ["opened", "resolved"]
+    ended = receiver.received[1].json
+    assert ended["title"].endswith("(rule switched off)")
+    assert ["Ended", "rule switched off"] in ended["facts"]
+    assert states == ["resolved"]
+    assert f'taskledger_alert_episodes_open{{rule="{rule}"}} 0.0' in scraped
+
+
 def test_episodes_resolved_before_the_retention_are_pruned_with_their_messages(
     alerting, controlled, receiver
 ):
