@@ -15,6 +15,7 @@ import click
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from alerts import settings as alert_settings
 from security.echo import error_line
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -111,6 +112,15 @@ def _database_url(name: str, default: str) -> str:
             f"{name} is not a database URL (e.g. postgresql+psycopg://user:password@host/db)"
         ) from None
     return raw
+
+
+def _check_alert_settings(config: Mapping[str, Any]) -> None:
+    # The rules read their lists when they judge: a malformed one found there would stop
+    # every rule, unsaid, until an operator looked at the Alerts page.
+    try:
+        alert_settings.read(config)
+    except alert_settings.SettingError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def instance_path(overrides: Mapping[str, Any] | None = None) -> Path:
@@ -307,6 +317,7 @@ class Config:
         self.TENANT_API_RATE_WINDOW_SECONDS = _int("TENANT_API_RATE_WINDOW_SECONDS", 60, minimum=1)
         self.TENANT_API_RATE_PER_TOKEN = _int("TENANT_API_RATE_PER_TOKEN", 600)
         self.TENANT_API_RATE_PER_ADDRESS = _int("TENANT_API_RATE_PER_ADDRESS", 1200)
+        _check_alert_settings(self.as_dict())
 
     def as_dict(self) -> dict:
         return {k: v for k, v in vars(self).items() if k.isupper()}

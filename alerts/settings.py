@@ -5,6 +5,7 @@ Lists are written ``name=value`` separated by commas; ``*`` names every other on
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,19 +72,30 @@ class AlertSettings:
         return self.routes.get(rule, self.routes.get("*", CHANNELS))
 
 
-def _threshold(name: str, raw: str) -> RunThreshold:
+def _threshold(name: str, key: str, raw: str) -> RunThreshold:
     units, _, share = raw.partition(":")
     try:
-        return RunThreshold(int(units or 1), float(share or 0))
+        threshold: RunThreshold | None = RunThreshold(int(units or 1), float(share or 0))
     except ValueError:
-        raise SettingError(f"{name}: {raw!r} is not units[:share]") from None
+        threshold = None
+    # nan and inf parse, and no run ever reaches them: the type's alerts would be off.
+    if threshold is None or threshold.units < 0 or not 0 <= threshold.share < math.inf:
+        raise SettingError(
+            f"{name}: {f'{key}={raw}'!r} is not units[:share]"
+            " (a whole number and a number, both 0 or more)"
+        )
+    return threshold
 
 
-def _number(name: str, raw: str) -> float:
+def _minutes(name: str, key: str, raw: str) -> float:
     try:
-        return float(raw)
+        minutes = float(raw)
     except ValueError:
-        raise SettingError(f"{name}: {raw!r} is not a number") from None
+        minutes = math.nan
+    # nan, inf and a negative number parse, and each would turn the rule off unsaid.
+    if not 0 <= minutes < math.inf:
+        raise SettingError(f"{name}: {f'{key}={raw}'!r} is not a number of minutes (0: off)")
+    return minutes
 
 
 def _listed(config: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -110,7 +122,7 @@ def read(config: Mapping[str, Any]) -> AlertSettings:
             float(config["ALERT_RUN_FAILED_MIN_SHARE"]),
         ),
         run_thresholds={
-            type_: _threshold("ALERT_RUN_FAILED_TYPES", raw)
+            type_: _threshold("ALERT_RUN_FAILED_TYPES", type_, raw)
             for type_, raw in _listed(config, "ALERT_RUN_FAILED_TYPES").items()
         },
         stale_units=int(config["ALERT_STALE_UNITS"]),
@@ -118,7 +130,7 @@ def read(config: Mapping[str, Any]) -> AlertSettings:
         clear_minutes=float(config["ALERT_CLEAR_MINUTES"]),
         remind_minutes=float(config["ALERT_REMIND_MINUTES"]),
         queue_wait_minutes={
-            queue: _number("ALERT_QUEUE_WAIT_MINUTES", raw)
+            queue: _minutes("ALERT_QUEUE_WAIT_MINUTES", queue, raw)
             for queue, raw in _listed(config, "ALERT_QUEUE_WAIT_MINUTES").items()
         },
         parked_deliveries=int(config["ALERT_PARKED_DELIVERIES"]),

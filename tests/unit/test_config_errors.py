@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -52,6 +53,7 @@ def assert_one_error_line(done: subprocess.CompletedProcess, *named: str) -> Non
         ("LOG_LEVEL", "LOUD", "'LOUD'"),
         ("QUEUE_DRIVER", "nope", "must be sqlite, redis or postgres, got 'nope'"),
         ("SMTP_SECURITY", "tls", "must be none, starttls or ssl, got 'tls'"),
+        ("ALERT_QUEUE_WAIT_MINUTES", "*=nan", "'*=nan' is not a number of minutes"),
         ("DATABASE_URL", "notaurl", "is not a database URL"),
         ("DATABASE_URL", "foo://db", "sqlalchemy.dialects:foo"),
         ("TASKLEDGER_EXTRA_MODULES", "nowhere.tasks", "'nowhere.tasks'"),
@@ -127,6 +129,27 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
             patched.setenv(setting, value)
             with pytest.raises(ConfigError, match=f"^{setting} {expected}"):
                 Config()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "expected"),
+    [
+        ("ALERT_RUN_FAILED_TYPES", "x.sync=1:nan", "'x.sync=1:nan' is not units[:share]"),
+        ("ALERT_RUN_FAILED_TYPES", "x.sync=1:inf", "'x.sync=1:inf' is not units[:share]"),
+        ("ALERT_RUN_FAILED_TYPES", "x.sync=-2", "'x.sync=-2' is not units[:share]"),
+        ("ALERT_QUEUE_WAIT_MINUTES", "*=nan", "'*=nan' is not a number of minutes (0: off)"),
+        ("ALERT_QUEUE_WAIT_MINUTES", "tasks=-5", "'tasks=-5' is not a number of minutes"),
+        ("ALERT_QUEUE_WAIT_MINUTES", "tasks=inf", "'tasks=inf' is not a number of minutes"),
+        ("ALERT_ROUTES", "run_failed=pager", "unknown channel 'pager'"),
+    ],
+)
+def test_an_alert_list_setting_that_would_turn_alerts_off_unsaid_is_refused(
+    monkeypatch, setting, value, expected
+):
+    monkeypatch.setenv(setting, value)
+
+    with pytest.raises(ConfigError, match=f"^{setting}: {re.escape(expected)}"):
+        Config()
 
 
 def test_a_zero_that_means_off_or_now_is_still_taken(monkeypatch):
