@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 import click
 from sqlalchemy.engine import make_url
@@ -111,6 +112,20 @@ def _database_url(name: str, default: str) -> str:
         raise ConfigError(
             f"{name} is not a database URL (e.g. postgresql+psycopg://user:password@host/db)"
         ) from None
+    return raw
+
+
+def _endpoint_url(name: str) -> str:
+    raw = os.environ.get(name, "")
+    try:
+        parts = urlsplit(raw)
+        parts.port  # noqa: B018 - a port that is not a number raises here, not at a send
+    except ValueError:
+        # The value is not repeated: a URL may be, or hold, its credential.
+        raise ConfigError(f"{name} is not a URL with a host and a numeric port") from None
+    if "@" in parts.netloc:
+        # urllib takes user:password@ for part of the host, and its error quotes the password.
+        raise ConfigError(f"{name} must not carry a user or password (user:password@host)")
     return raw
 
 
@@ -219,7 +234,7 @@ class Config:
         self.CONSUMER_RETENTION_MINUTES = _int("CONSUMER_RETENTION_MINUTES", 60)
         self.ASYNC_REQUESTS_RETENTION_DAYS = _int("ASYNC_REQUESTS_RETENTION_DAYS", 7)
         self.LLM_DRIVER = env.get("LLM_DRIVER", "fake")
-        self.LLM_BASE_URL = env.get("LLM_BASE_URL", "")
+        self.LLM_BASE_URL = _endpoint_url("LLM_BASE_URL")
         self.LLM_API_KEY = env.get("LLM_API_KEY", "")
         self.LLM_MODEL = env.get("LLM_MODEL", "")
         self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120)
@@ -302,8 +317,8 @@ class Config:
         # Which channels each rule goes to ("rule=slack+email,*=webhook"); unset: all.
         self.ALERT_ROUTES = env.get("ALERT_ROUTES", "")
         self.ALERT_TIMEOUT_SECONDS = _float("ALERT_TIMEOUT_SECONDS", 5, positive=True)
-        self.ALERT_SLACK_WEBHOOK_URL = env.get("ALERT_SLACK_WEBHOOK_URL", "")
-        self.ALERT_WEBHOOK_URL = env.get("ALERT_WEBHOOK_URL", "")
+        self.ALERT_SLACK_WEBHOOK_URL = _endpoint_url("ALERT_SLACK_WEBHOOK_URL")
+        self.ALERT_WEBHOOK_URL = _endpoint_url("ALERT_WEBHOOK_URL")
         self.ALERT_WEBHOOK_SECRET = env.get("ALERT_WEBHOOK_SECRET", "")
         self.ALERT_EMAIL_TO = env.get("ALERT_EMAIL_TO", "")
         self.SMTP_HOST = env.get("SMTP_HOST", "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import logging
 import smtplib
@@ -74,12 +75,22 @@ def plain_text(body: Mapping[str, Any], base_url: str) -> str:
 
 
 def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float) -> str:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        request = urllib.request.Request(
+            url,
+            data=payload,
+            method="POST",
+            headers={"Content-Type": "application/json", **headers},
+        )
+    except ValueError:
+        raise ChannelError("its URL cannot be read") from None
     # urllib would also open file: and ftp: URLs; a receiver is http(s), named by no error.
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    if parts.scheme not in ("http", "https"):
         raise ChannelError("its URL is not an http or https URL")
-    request = urllib.request.Request(
-        url, data=payload, method="POST", headers={"Content-Type": "application/json", **headers}
-    )
+    if "@" in parts.netloc:
+        # urllib takes user:password@ for part of the host, and its error quotes the password.
+        raise ChannelError("its URL carries a user or password (user:password@host)")
     try:
         with open_without_redirects(request, timeout=timeout) as response:
             return f"{response.status} {response.read(ANSWER_CHARS).decode(errors='replace')}"
@@ -92,6 +103,10 @@ def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float
         raise ChannelError(f"no answer within {timeout:g} s") from None
     except OSError as exc:
         raise ChannelError(f"connection failed ({type(exc).__name__})") from None
+    except (http.client.HTTPException, ValueError) as exc:
+        # A port that is not a number (InvalidURL quotes it), an answer that is not HTTP:
+        # the type alone, as the text may hold part of the URL, a credential.
+        raise ChannelError(f"could not be sent ({type(exc).__name__})") from None
 
 
 @dataclass(frozen=True)
@@ -179,6 +194,8 @@ class EmailChannel:
             raise ChannelError(f"no answer within {self.timeout:g} s") from None
         except OSError as exc:
             raise ChannelError(f"connection failed ({type(exc).__name__})") from None
+        except ValueError as exc:  # an address or a host smtplib cannot encode
+            raise ChannelError(f"could not be sent ({type(exc).__name__})") from None
 
     def _send(self, message: EmailMessage) -> str:
         context = ssl.create_default_context()
@@ -224,6 +241,19 @@ class UnusableChannel:
 
     def send(self, body: Mapping[str, Any]) -> str:
         raise ChannelError(self.reason)
+
+
+def send_or_refuse(channel: Channel, body: Mapping[str, Any]) -> str:
+    """``channel.send(body)``, every failure a ``ChannelError``: one channel that breaks
+    in a way nobody foresaw stops neither a test send of the others nor the outbox."""
+    try:
+        return channel.send(body)
+    except ChannelError:
+        raise
+    except Exception as exc:
+        # Its type alone, here and in the log: its text may quote a URL or a password.
+        logger.error("alert channel %s failed (%s)", channel.name, type(exc).__name__)
+        raise ChannelError(f"could not be sent ({type(exc).__name__})") from None
 
 
 def _email(config: Mapping[str, Any], base: str, timeout: float) -> Channel:

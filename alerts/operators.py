@@ -12,7 +12,7 @@ from flask import current_app
 from sqlalchemy import func, select
 
 from alerts import settings as alert_settings
-from alerts.channels import ChannelError, configured
+from alerts.channels import ChannelError, configured, send_or_refuse
 from alerts.content import test_body
 from alerts.models import OPEN, RESOLVED, AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from alerts.settings import RULES
@@ -193,9 +193,8 @@ def send_test(names: Iterable[str] | None = None) -> list[TestAnswer]:
     body = test_body(utcnow())
     answers = []
     for name in wanted:
-        channel = channels[name]
         try:
-            answers.append(TestAnswer(name, True, channel.send(body)))
+            answers.append(TestAnswer(name, True, send_or_refuse(channels[name], body)))
         except ChannelError as exc:
             answers.append(TestAnswer(name, False, str(exc)))
     return answers

@@ -20,7 +20,7 @@ from flask import current_app
 from sqlalchemy import select
 
 from alerts import settings as alert_settings
-from alerts.channels import Channel, ChannelError, configured
+from alerts.channels import Channel, ChannelError, configured, send_or_refuse
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage
 from database import utcnow, write_transaction
 from extensions import db
@@ -78,7 +78,7 @@ def undelivered(channel: str, episode: str, seq: int) -> list[tuple[int, dict[st
 def send(channel: Channel, message_id: int, body: Mapping[str, Any]) -> str:
     """Send one message and record the answer; a failure is recorded, then raised."""
     try:
-        answer = channel.send(body)
+        answer = send_or_refuse(channel, body)
     except ChannelError as exc:
         reason = f"{channel.name} {exc}"  # the outbox's refusal names the channel too
         record(message_id, channel.name, error=reason)

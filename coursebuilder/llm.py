@@ -12,10 +12,12 @@ status, and the key never goes to the host a redirect names.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -97,6 +99,13 @@ class HttpDriver:
             raise LLMConfigError("LLM_BASE_URL is not set")
         if not model:
             raise LLMConfigError("LLM_MODEL is not set")
+        try:
+            user_info = "@" in urllib.parse.urlsplit(base_url).netloc
+        except ValueError:
+            raise LLMConfigError("LLM_BASE_URL is not a URL") from None
+        if user_info:
+            # urllib takes user:password@ for part of the host; its error quotes the password.
+            raise LLMConfigError("LLM_BASE_URL must not carry a user or password")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.api_key = api_key
         self.model = model
@@ -115,8 +124,8 @@ class HttpDriver:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
+            request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             with open_without_redirects(request, self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
@@ -129,6 +138,10 @@ class HttpDriver:
                     f"language model did not answer within {self.timeout:g} s"
                 ) from None
             raise LLMUnavailable("language model endpoint unreachable") from None
+        except (http.client.InvalidURL, ValueError) as exc:
+            # A port that is not a number, a scheme urllib does not know: the type alone, as
+            # the error's text quotes part of the URL (with user info, the password).
+            raise LLMConfigError(f"LLM_BASE_URL cannot be used ({type(exc).__name__})") from None
         return _content(raw)
 
 

@@ -7,10 +7,14 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from alerts import content
+from alerts.channels import ChannelError, send_or_refuse
+from database import utcnow
 from extensions import db
 from taskrunner import runner
 from taskrunner.models import EventDelivery
 from tests.alert_receivers import HttpReceiver, drain
+from tests.unit.test_config_errors import assert_one_error_line, run
 
 SMTP_SECURITY_REFUSAL = "SMTP_SECURITY: 'tls' is not one of none, starttls, ssl"
 
@@ -42,3 +46,70 @@ def test_an_unusable_email_setting_leaves_the_other_channels_sending(make_app, c
     assert refused == {"alerts.sending.channel.email": f"email {SMTP_SECURITY_REFUSAL}"}
     assert tested.exit_code == 1
     assert tested.output == f"webhook: ok 200 ok\nemail: FAILED {SMTP_SECURITY_REFUSAL}\n"
+
+
+WEBHOOK_PASSWORD = "WebhookPw-S3cret"
+URL_WITH_PASSWORD = f"https://alertbot:{WEBHOOK_PASSWORD}@hooks.example.invalid/x"
+
+
+def test_a_receiver_url_with_a_password_stops_the_cli_in_one_line_and_is_written_nowhere(
+    tmp_path,
+):
+    done = run(
+        ["-m", "flask", "--app", "app", "alerts", "test", "--channel", "webhook"],
+        tmp_path,
+        ALERT_WEBHOOK_URL=URL_WITH_PASSWORD,
+    )
+
+    assert_one_error_line(done, "ALERT_WEBHOOK_URL must not carry a user or password")
+    assert WEBHOOK_PASSWORD not in done.stdout + done.stderr
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):
+        assert WEBHOOK_PASSWORD.encode() not in path.read_bytes(), path
+
+
+def test_a_receiver_url_with_a_password_is_that_channels_refusal_naming_no_part_of_it(
+    make_app, hook, caplog
+):
+    app = make_app(ALERT_WEBHOOK_URL=URL_WITH_PASSWORD, ALERT_SLACK_WEBHOOK_URL=hook.url)
+
+    tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+
+    assert tested.exit_code == 1
+    assert tested.output.splitlines() == [
+        "slack: ok 200 ok",
+        "webhook: FAILED its URL carries a user or password (user:password@host)",
+    ]
+    assert WEBHOOK_PASSWORD not in caplog.text
+
+
+def test_a_send_that_urllib_cannot_make_is_refused_and_the_next_channel_still_tested(
+    make_app, hook, caplog
+):
+    # urllib's InvalidURL is no OSError, and its text quotes the port: here, a secret.
+    app = make_app(
+        ALERT_SLACK_WEBHOOK_URL=f"http://hooks.example.invalid:{WEBHOOK_PASSWORD}/services/x",
+        ALERT_WEBHOOK_URL=hook.url,
+    )
+
+    tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+
+    assert tested.exit_code == 1
+    assert tested.output == "slack: FAILED could not be sent (InvalidURL)\nwebhook: ok 200 ok\n"
+    assert WEBHOOK_PASSWORD not in caplog.text
+
+
+class Unforeseen:
+    """A channel that breaks in a way its own code does not turn into a refusal."""
+
+    name = "webhook"
+
+    def send(self, body):
+        raise RuntimeError(URL_WITH_PASSWORD)
+
+
+def test_any_failure_of_a_send_is_a_channel_refusal_that_quotes_nothing_of_it(caplog):
+    with pytest.raises(ChannelError) as refused:
+        send_or_refuse(Unforeseen(), content.test_body(utcnow()))
+
+    assert str(refused.value) == "could not be sent (RuntimeError)"
+    assert WEBHOOK_PASSWORD not in caplog.text

@@ -124,6 +124,9 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("SESSION_LIFETIME_HOURS", "0", "must be more than 0, got '0'"),
         ("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
         ("ALERT_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
+        ("ALERT_WEBHOOK_URL", "https://bot:Pw-1@hooks.example.test/x", "must not carry a user"),
+        ("LLM_BASE_URL", "https://llm:Pw-1@llm.example.test/v1", "must not carry a user"),
+        ("ALERT_SLACK_WEBHOOK_URL", "https://hooks.example.test:Pw-1/x", "is not a URL with a"),
     ):
         with monkeypatch.context() as patched:
             patched.setenv(setting, value)

@@ -141,6 +141,20 @@ def test_an_unreachable_endpoint_is_unavailable_without_its_url():
     assert "SECRET" not in redact(caught.value)
 
 
+def test_an_endpoint_url_with_a_password_is_refused_without_repeating_it():
+    with pytest.raises(LLMConfigError) as caught:
+        HttpDriver("https://llm:LlmPw-S3cret@llm.example.invalid/v1", API_KEY, "m", 2)
+    assert redact(caught.value) == "LLM_BASE_URL must not carry a user or password"
+
+
+def test_an_endpoint_url_urllib_cannot_use_is_a_config_error_quoting_none_of_it():
+    # urllib's InvalidURL is no OSError, and its text quotes the port: here, a secret.
+    unusable = HttpDriver("http://llm.example.invalid:LlmPw-S3cret/v1", API_KEY, "m", 2)
+    with pytest.raises(LLMConfigError) as caught:
+        unusable.complete(PROMPT)
+    assert redact(caught.value) == "LLM_BASE_URL cannot be used (InvalidURL)"
+
+
 def test_the_http_driver_is_chosen_from_config_and_refuses_missing_settings(stub):
     config = {
         "LLM_DRIVER": "http",
