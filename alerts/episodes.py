@@ -49,6 +49,15 @@ class Episodes:
             )
         ).scalar_one_or_none()
 
+    def latest(self, rule: str, key: str) -> AlertEpisode | None:
+        """The newest episode of ``rule`` and ``key``, in any state."""
+        return db.session.execute(
+            select(AlertEpisode)
+            .where(AlertEpisode.rule == rule, AlertEpisode.key == key)
+            .order_by(AlertEpisode.id.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+
     def raise_(
         self, rule: str, key: str, summary: dict[str, Any], hold_minutes: float = 0.0
     ) -> AlertEpisode:

@@ -16,7 +16,7 @@ from alerts import settings as alert_settings
 from alerts import summaries
 from alerts.episodes import Episodes, active_episode
 from alerts.rules import judge_now
-from taskrunner.contract import RunStatus
+from taskrunner.contract import RunStatus, operations
 
 ALERTING_RUN_STATUSES = (RunStatus.FAILED, RunStatus.COMPLETED_WITH_FAILURES)
 
@@ -33,20 +33,44 @@ def on_run_failed(event: Mapping[str, Any]) -> None:
     summary = summaries.run_failed(payload)
 
     def judge(episodes: Episodes) -> None:
-        episode = episodes.active("run_failed", payload["type"])
-        if episode is not None and (episode.summary or {}).get("run") == payload["run_uuid"]:
-            return  # the same event handed over again
+        latest = episodes.latest("run_failed", payload["type"])
+        told = (latest.summary or {}).get("run") if latest is not None else None
+        # The same event handed over again (delivery is at least once), maybe after its
+        # episode was resolved, or a failure older than the one on-call last heard of.
+        if told and (told == payload["run_uuid"] or finished_before(payload["run_uuid"], told)):
+            return
         episodes.raise_("run_failed", payload["type"], summary)
 
     judge_now(judge)
 
 
 def on_run_completed(event: Mapping[str, Any]) -> None:
-    """A clean run of a type resolves its episode."""
-    type_ = event["payload"]["type"]
+    """A clean run of a type resolves its episode, unless a failure is newer news."""
+    payload = event["payload"]
+    type_ = payload["type"]
     # Most clean runs have nothing to resolve: a read, not a write transaction, says so.
-    if active_episode("run_failed", type_):
-        judge_now(lambda episodes: episodes.clear("run_failed", type_))
+    if not active_episode("run_failed", type_):
+        return
+
+    def judge(episodes: Episodes) -> None:
+        episode = episodes.active("run_failed", type_)
+        failed = (episode.summary or {}).get("run") if episode is not None else None
+        if failed and finished_before(payload["run_uuid"], failed):
+            return  # handed over late: the failed run ended after this one
+        episodes.clear("run_failed", type_)
+
+    judge_now(judge)
+
+
+def finished_before(run_uuid: str, other_uuid: str) -> bool:
+    """Whether run ``run_uuid`` ended before run ``other_uuid`` did; a run the ledger no
+    longer has (pruned) ended long before."""
+    run, other = operations.find_run(run_uuid), operations.find_run(other_uuid)
+    if run is None:
+        return other is not None
+    if other is None or run.finished_at is None or other.finished_at is None:
+        return False
+    return run.finished_at < other.finished_at
 
 
 def on_schedule_missed(event: Mapping[str, Any]) -> None:

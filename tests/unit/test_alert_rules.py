@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from alerts import operators, rules
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
@@ -16,7 +16,8 @@ from extensions import db
 from taskrunner import runner, schedules
 from taskrunner.contract import publishing
 from taskrunner.ledger import Actor, ledger
-from tests.alert_receivers import HttpReceiver, drain
+from taskrunner.models import OutboxEvent
+from tests.alert_receivers import HttpReceiver, drain, relay_now
 
 SECRET = "whsec-test-0123456789"
 
@@ -66,6 +67,47 @@ def test_a_failed_run_alerts_once_and_the_next_clean_run_resolves(alerting, cont
     run_url = f"https://backoffice.example.test/backoffice/task-runs/{first}"
     assert {"label": "Run", "url": run_url} in opened["links"]
     assert resolved["episode"] == opened["episode"] and resolved["seq"] == 2
+
+
+def handed_over_again(name: str, run_uuid: str) -> None:
+    """As if the process that closed the run died between its commit and its delivery:
+    the relay hands the run's event to every subscriber again."""
+    ids = [
+        e.id
+        for e in db.session.execute(select(OutboxEvent).where(OutboxEvent.name == name)).scalars()
+        if e.payload["run_uuid"] == run_uuid
+    ]
+    assert ids
+    db.session.execute(update(OutboxEvent).where(OutboxEvent.id.in_(ids)).values(delivered_at=None))
+    db.session.commit()
+    relay_now()
+    drain("default")
+
+
+def test_a_failure_handed_over_again_after_its_episode_resolved_sends_nothing(
+    alerting, controlled, receiver
+):
+    with alerting().app_context():
+        failed = run_of(controlled, 2, {"k1"})
+        run_of(controlled, 2, set())
+        handed_over_again("tasks.run.failed", failed)
+        states = db.session.execute(select(AlertEpisode.state)).scalars().all()
+
+    assert receiver.kinds() == ["opened", "resolved"]
+    assert states == ["resolved"]
+
+
+def test_a_late_completion_of_an_older_run_leaves_a_newer_failure_open(
+    alerting, controlled, receiver
+):
+    with alerting().app_context():
+        clean = run_of(controlled, 2, set())
+        run_of(controlled, 2, {"k1"})  # ended after the clean run
+        handed_over_again("tasks.run.completed", clean)
+        states = db.session.execute(select(AlertEpisode.state)).scalars().all()
+
+    assert receiver.kinds() == ["opened"]
+    assert states == ["open"]
 
 
 def test_a_run_under_its_types_threshold_does_not_alert(alerting, controlled, receiver):
