@@ -17,37 +17,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from sqlalchemy import Row, delete, func, or_, select, union_all, update
+from sqlalchemy import Row, delete, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
+from taskrunner.ledger.schedule_reads import HANDED_BACK, MISSED, PAUSED, ScheduleReads
 from taskrunner.ledger.writes import Writes, lock_row
 from taskrunner.models import ScheduleSlot, ScheduleState
 
-MISSED = "missed"
-PAUSED = "paused"
-HANDED_BACK = "handed_back"
 NOT_TAKEN_AGAIN = "; not taken again within its grace"
 LOST = "worker lost: "  # how the stuck sweep's end of a slot reads
-SLOT_COLUMNS = (
-    ScheduleSlot.name,
-    ScheduleSlot.slot,
-    ScheduleSlot.claimed_at,
-    ScheduleSlot.claimed_by,
-    ScheduleSlot.enqueued_at,
-    ScheduleSlot.finished_at,
-    ScheduleSlot.outcome,
-    ScheduleSlot.reason,
-    ScheduleSlot.run_uuid,
-    ScheduleSlot.initiator,
-)
 
 
-class ScheduleSlots:
-    """Every read and write of ``periodic_slots`` and ``schedule_states``."""
+class ScheduleSlots(ScheduleReads):
+    """Every write of ``periodic_slots`` and ``schedule_states``, and their reads."""
 
     def __init__(self, session: Session, writes: Writes) -> None:
         self.session = session
@@ -272,79 +258,3 @@ class ScheduleSlots:
         with write_transaction(self.session):
             stmt = delete(ScheduleSlot.__table__).where(ScheduleSlot.slot < older_than)
             return self.session.execute(stmt).rowcount
-
-    # -- reads --------------------------------------------------------------------
-
-    def states(self) -> dict[str, ScheduleState]:
-        rows = self.session.execute(select(ScheduleState)).scalars()
-        return {row.name: row for row in rows}
-
-    def recent(self, names: Iterable[str], limit: int) -> dict[str, list[Row]]:
-        """Each of ``names``' newest ``limit`` slot rows, newest first.
-
-        One statement of one short look per name down the primary key (``name``, ``slot``):
-        its cost follows ``limit``, not the rows a year of slots holds.
-        """
-        looks = [
-            select(*SLOT_COLUMNS)
-            .where(ScheduleSlot.name == name)
-            .order_by(ScheduleSlot.slot.desc())
-            .limit(limit)
-            .subquery()
-            .select()
-            for name in names
-        ]
-        found: dict[str, list[Row]] = {name: [] for name in names}
-        if looks:
-            for row in self.session.execute(union_all(*looks)):
-                found[row.name].append(row)
-        for rows in found.values():
-            rows.sort(key=lambda row: row.slot, reverse=True)
-        return found
-
-    def slots_in(self, name: str, after: datetime, until: datetime) -> set[datetime]:
-        """The slots of ``name`` with a row in (``after``, ``until``], whatever their outcome."""
-        rows = self.session.execute(
-            select(ScheduleSlot.slot).where(
-                ScheduleSlot.name == name, ScheduleSlot.slot > after, ScheduleSlot.slot <= until
-            )
-        )
-        return set(rows.scalars())
-
-    def handed_back(self, name: str, enqueued_before: datetime) -> set[datetime]:
-        """The slots of ``name`` handed back, their job enqueued anew before ``enqueued_before``
-        and not taken since."""
-        rows = self.session.execute(
-            select(ScheduleSlot.slot).where(
-                ScheduleSlot.name == name,
-                ScheduleSlot.outcome == HANDED_BACK,
-                ScheduleSlot.enqueued_at < enqueued_before,
-            )
-        )
-        return set(rows.scalars())
-
-    def claimed(self, name: str) -> list[Row]:
-        """The slots of ``name`` a scheduler claimed, oldest first (the chaos run's check)."""
-        rows = self.session.execute(
-            select(*SLOT_COLUMNS)
-            .where(ScheduleSlot.name == name, ScheduleSlot.outcome.is_distinct_from(MISSED))
-            .where(ScheduleSlot.outcome.is_distinct_from(PAUSED))
-            .order_by(ScheduleSlot.slot)
-        )
-        return list(rows)
-
-    def missed_since(self, names: Iterable[str], since: datetime) -> dict[str, int]:
-        """How many slots of each of ``names`` were written missed since ``since``."""
-        looks = [
-            select(ScheduleSlot.name, func.count().label("missed"))
-            .where(
-                ScheduleSlot.name == name,
-                ScheduleSlot.slot >= since,
-                ScheduleSlot.outcome == MISSED,
-            )
-            .group_by(ScheduleSlot.name)
-            for name in names
-        ]
-        if not looks:
-            return {}
-        return {row.name: row.missed for row in self.session.execute(union_all(*looks))}
