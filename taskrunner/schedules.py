@@ -13,7 +13,8 @@ A slot's state is computed when it is read:
 - a slot with no row whose time passed by more than the grace is ``missed``, or
   ``paused`` when the schedule was paused at that time. Counting starts when the
   schedule was first known (its first claim, or the first watch that saw it declared):
-  a new schedule or a deploy is no missed slot. This is what the page shows when no
+  a new schedule or a deploy is no missed slot; from the newest slot a scheduler owed,
+  not an operator's run now (no scheduler came back). This is what the page shows when no
   scheduler runs at all, the very failure it must show.
 
 The watch (``watch``, with the stuck sweep) writes those unclaimed slots ``missed`` from
@@ -38,7 +39,7 @@ from sqlalchemy import Row
 from database import utcnow
 from taskrunner import console
 from taskrunner.ledger import ledger
-from taskrunner.ledger.schedules import HANDED_BACK
+from taskrunner.ledger.schedule_reads import HANDED_BACK, by_scheduler
 from taskrunner.models import ScheduleState
 from taskrunner.types import RunStatus
 from tasks.routing import PeriodicSpec, routes
@@ -163,6 +164,7 @@ def _view(
     spec: PeriodicSpec,
     state: ScheduleState | None,
     rows: list[Row],
+    anchor: datetime | None,  # the newest slot a scheduler owed
     runs: Mapping[str, str],
     missed_rows: int,
     now: datetime,
@@ -174,8 +176,11 @@ def _view(
     recorded = [_recorded(row, runs, grace) for row in rows]
     unclaimed: list[datetime] = []
     if state is not None:
-        anchor = max(state.first_known_at, rows[0].slot if rows else state.first_known_at)
-        unclaimed = _unclaimed(schedule, anchor, now - grace, config)
+        start = max(state.first_known_at, anchor or state.first_known_at)
+        # Only run-now rows are newer than the anchor; one from before they were kept off
+        # the schedule's slots may sit on one.
+        ran = {row.slot for row in rows}
+        unclaimed = [at for at in _unclaimed(schedule, start, now - grace, config) if at not in ran]
     paused_at = state.paused_at if state is not None else None
     computed = [
         SlotView(at, "paused" if paused_at is not None and at >= paused_at else "missed")
@@ -183,7 +188,7 @@ def _view(
     ]
     missed_now = [view.slot_at for view in computed if view.state == "missed"]
     slots = sorted(computed + recorded, key=lambda view: view.slot_at, reverse=True)[:limit]
-    anchor_due = rows[0].slot if rows else now.replace(minute=0, second=0, microsecond=0)
+    anchor_due = anchor or now.replace(minute=0, second=0, microsecond=0)
     return ScheduleView(
         name=spec.name,
         starts=f"run {spec.starts}" if spec.starts else f"job {spec.name}",
@@ -210,6 +215,7 @@ def _views(
     try:
         states = ledger.schedules.states()
         recent = ledger.schedules.recent(wanted, limit)
+        anchors = ledger.schedules.newest_by_scheduler(recent)
         missed = ledger.schedules.missed_since(wanted, now - BADGE_WINDOW)
         runs = ledger.runs.statuses(
             row.run_uuid for rows in recent.values() for row in rows if row.run_uuid
@@ -219,6 +225,7 @@ def _views(
                 routes.periodic[name],
                 states.get(name),
                 recent[name],
+                anchors[name],
                 runs,
                 missed.get(name, 0),
                 now,
@@ -274,7 +281,7 @@ def watch(now: datetime | None = None) -> int:
             # Nobody owes a slot older than the newest one a scheduler took: no grace
             # (an operator's run-now is no scheduler's: its slot moves nothing).
             last = newest[name][0] if newest[name] else None
-            if last is not None and last.initiator in (None, "schedule"):
+            if last is not None and by_scheduler(last.initiator):
                 until = max(until, min(now, last.slot - EPSILON))
             found[name] = (sorted({*_gap(spec, state, until), *never_taken}), until)
     finally:

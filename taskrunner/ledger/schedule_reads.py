@@ -6,10 +6,10 @@ index of its missed rows: its cost follows what it returns, not the rows a year 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
-from sqlalchemy import Row, func, select, union_all
+from sqlalchemy import Row, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from taskrunner.models import ScheduleSlot, ScheduleState
@@ -17,6 +17,9 @@ from taskrunner.models import ScheduleSlot, ScheduleState
 MISSED = "missed"
 PAUSED = "paused"
 HANDED_BACK = "handed_back"
+SCHEDULER = "schedule"  # a scheduler's slot; an operator's run now is "operator:<who>"
+# A slot a scheduler owed: one it claimed, or one the watch wrote missed (no initiator).
+BY_SCHEDULER = or_(ScheduleSlot.initiator.is_(None), ScheduleSlot.initiator == SCHEDULER)
 SLOT_COLUMNS = (
     ScheduleSlot.name,
     ScheduleSlot.slot,
@@ -29,6 +32,11 @@ SLOT_COLUMNS = (
     ScheduleSlot.run_uuid,
     ScheduleSlot.initiator,
 )
+
+
+def by_scheduler(initiator: str | None) -> bool:
+    """A slot a scheduler owed: an operator's run now is no sign of a scheduler."""
+    return initiator in (None, SCHEDULER)
 
 
 class ScheduleReads:
@@ -61,6 +69,28 @@ class ScheduleReads:
                 found[row.name].append(row)
         for rows in found.values():
             rows.sort(key=lambda row: row.slot, reverse=True)
+        return found
+
+    def newest_by_scheduler(self, recent: Mapping[str, list[Row]]) -> dict[str, datetime | None]:
+        """Each schedule's newest slot a scheduler owed, from its ``recent`` rows (newest
+        first); when those are all an operator's run now, a look down the primary key past
+        them (an operator's run now says nothing of the schedule's scheduler)."""
+        found = {
+            name: next((row.slot for row in rows if by_scheduler(row.initiator)), None)
+            for name, rows in recent.items()
+        }
+        looks = [
+            select(ScheduleSlot.name, ScheduleSlot.slot)
+            .where(ScheduleSlot.name == name, BY_SCHEDULER)
+            .order_by(ScheduleSlot.slot.desc())
+            .limit(1)
+            .subquery()
+            .select()
+            for name, rows in recent.items()
+            if rows and found[name] is None
+        ]
+        if looks:
+            found.update({row.name: row.slot for row in self.session.execute(union_all(*looks))})
         return found
 
     def slots_in(self, name: str, after: datetime, until: datetime) -> set[datetime]:

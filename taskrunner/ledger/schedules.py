@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
-from taskrunner.ledger.schedule_reads import HANDED_BACK, MISSED, PAUSED, ScheduleReads
+from taskrunner.ledger.schedule_reads import HANDED_BACK, MISSED, PAUSED, SCHEDULER, ScheduleReads
 from taskrunner.ledger.writes import Writes, lock_row
 from taskrunner.models import ScheduleSlot, ScheduleState
 
@@ -64,7 +64,7 @@ class ScheduleSlots(ScheduleReads):
         slot: datetime,
         host: str,
         enqueued_at: datetime | None = None,
-        initiator: str = "schedule",
+        initiator: str = SCHEDULER,
         now: datetime | None = None,
     ) -> bool:
         """True for the one caller that may run ``name`` for ``slot``; False for every other.

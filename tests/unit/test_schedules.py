@@ -144,6 +144,26 @@ def test_missed_slots_are_computed_on_read_when_no_scheduler_runs_at_all(ctx, he
     assert schedules.missed_count(now=later) == 1
 
 
+def test_an_operators_run_now_leaves_a_dead_schedulers_missed_slots_on_the_page_and_badge(ctx):
+    ran(SWEEP, T0)
+    later = T0 + timedelta(hours=2)
+    before = schedules.schedule(SWEEP, now=later)
+    # No scheduler runs; an operator runs the sweep by hand, its slot off the schedule's.
+    by_hand = later - timedelta(seconds=30, microseconds=-250)
+    keeper = slot_keeper.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, by_hand, "host-a:1", by_hand, "operator:ops@example.com")
+    keeper.finished(SWEEP, by_hand, None, None)
+    after = schedules.schedule(SWEEP, now=later)
+    assert after.missed == before.missed == 22
+    assert after.unclaimed_missed == before.unclaimed_missed
+    assert after.next_due_at == before.next_due_at
+    assert states(after)[0] == (by_hand, "ok")
+    assert [state for _slot, state in states(after)[1:23]] == ["missed"] * 22
+    assert schedules.missed_count(now=later) == 1
+    listed = next(view for view in schedules.schedules(now=later) if view.name == SWEEP)
+    assert listed.missed == 22 and listed.last_slot.slot_at == by_hand
+
+
 def test_a_new_schedule_or_a_deploy_raises_no_false_alarm(ctx, heard):
     # Never known: whatever the clock says, nothing is missed.
     assert all(view.missed == 0 for view in schedules.schedules(now=T0 + timedelta(days=40)))
