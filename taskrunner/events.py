@@ -107,7 +107,8 @@ class ScheduleMissed(Event):
 
 @dataclass(frozen=True, slots=True)
 class ScheduleRecovered(Event):
-    """A missed episode ended: a slot of the schedule was claimed and run again."""
+    """A missed episode ended: a scheduler claimed and ran a slot of the schedule again (an
+    operator's run now ends none)."""
 
     name: ClassVar[str] = "tasks.schedule.recovered"
     schedule: str

@@ -61,7 +61,8 @@ class ScheduleFigures:
     # When its newest slot that ran without raising finished (None: none yet); a missed,
     # paused or still running slot is no success.
     last_run_at: datetime | None
-    # The first slot after that one: in the past, it is overdue (None: no slot yet).
+    # The first slot after the newest a scheduler ran without raising: in the past, it is
+    # overdue (None: no slot yet). An operator's run now is no scheduler: it moves nothing.
     next_due_at: datetime | None
 
 
@@ -182,19 +183,21 @@ def _consumers(now: datetime) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def _schedules(reads: LedgerMetrics) -> list[ScheduleFigures]:
-    """Every declared schedule, its newest slot that ran without raising and the slot after it."""
+    """Every declared schedule: when its newest slot that ran without raising ended, and
+    the slot due after the newest of those a scheduler ran."""
     config = current_app.config
     names = sorted(routes.periodic)
     claimed = reads.last_success(names)
+    scheduled = reads.last_success(names, scheduled=True)
     figures = []
     for name in names:
-        last = claimed.get(name)
+        last, ran = claimed.get(name), scheduled.get(name)
         schedule = routes.periodic[name].schedule
         figures.append(
             ScheduleFigures(
                 name=name,
                 last_run_at=last.finished_at if last else None,
-                next_due_at=schedule.first_after(last.slot, config) if last else None,
+                next_due_at=schedule.first_after(ran.slot, config) if ran else None,
             )
         )
     return figures

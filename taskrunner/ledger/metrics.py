@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session
 
 from database import is_sqlite
 from taskrunner.ledger.records import ACTIVE, RUN_STATUSES
+from taskrunner.ledger.schedule_reads import BY_SCHEDULER
 from taskrunner.ledger.stale_rules import (
     NEVER_STARTED,
     RUNNING_TOO_LONG,
@@ -235,14 +236,16 @@ class LedgerMetrics:
             for type_, status, count, total, *counts in rows
         ]
 
-    def last_success(self, names: Iterable[str]) -> dict[str, Row]:
-        """Each of ``names``' newest slot that ran without raising: ``slot``, ``finished_at``.
+    def last_success(self, names: Iterable[str], scheduled: bool = False) -> dict[str, Row]:
+        """Each of ``names``' newest slot that ran without raising: ``slot``, ``finished_at``;
+        ``scheduled``: the newest a scheduler ran (an operator's run now is none).
 
         Missed and paused rows are no run, and a slot still running has not succeeded yet.
         """
+        scheduler = [BY_SCHEDULER] if scheduled else []
         looks = [
             select(ScheduleSlot.name, ScheduleSlot.slot, ScheduleSlot.finished_at)
-            .where(ScheduleSlot.name == name, ScheduleSlot.outcome == "ok")
+            .where(ScheduleSlot.name == name, ScheduleSlot.outcome == "ok", *scheduler)
             .order_by(ScheduleSlot.slot.desc())
             .limit(1)
             .subquery()

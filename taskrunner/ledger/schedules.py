@@ -3,9 +3,10 @@
 A slot row is written once by the claim (primary key (name, slot): one claim through)
 and finished by the body's end. A slot nobody claimed within its grace is written
 ``missed`` by the watch, which opens the schedule's missed episode with its one
-``tasks.schedule.missed`` event; the next slot that runs closes it with
-``tasks.schedule.recovered``. Both happen in the transaction that writes the rows, so
-a second watcher or a second host sees the episode already open (or closed).
+``tasks.schedule.missed`` event; the next slot a scheduler runs closes it with
+``tasks.schedule.recovered`` (an operator's run now is no scheduler back). Both happen in
+the transaction that writes the rows, so a second watcher or a second host sees the
+episode already open (or closed).
 
 A body stopped by its consumer's shutdown gives its claim back (``handed_back``) for the
 slot's job enqueued anew, unless the run it started is already recorded: the run a body
@@ -24,7 +25,14 @@ from sqlalchemy.orm import Session
 from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
-from taskrunner.ledger.schedule_reads import HANDED_BACK, MISSED, PAUSED, SCHEDULER, ScheduleReads
+from taskrunner.ledger.schedule_reads import (
+    HANDED_BACK,
+    MISSED,
+    PAUSED,
+    SCHEDULER,
+    ScheduleReads,
+    by_scheduler,
+)
 from taskrunner.ledger.writes import Writes, lock_row
 from taskrunner.models import ScheduleSlot, ScheduleState
 
@@ -125,10 +133,11 @@ class ScheduleSlots(ScheduleReads):
         run_uuid: str | None,
         now: datetime | None = None,
     ) -> None:
-        """Record how a claimed slot's body ended; a run ends the schedule's missed episode."""
+        """Record how a claimed slot's body ended; a scheduled slot's ends the schedule's
+        missed episode (an operator's run now is no scheduler back: it stays open)."""
         now = now or utcnow()
         with self.writes.transition() as outbox:
-            self.session.execute(
+            initiator = self.session.execute(
                 update(ScheduleSlot)
                 .where(ScheduleSlot.name == name, ScheduleSlot.slot == slot)
                 .values(
@@ -137,10 +146,11 @@ class ScheduleSlots(ScheduleReads):
                     reason=reason,
                     run_uuid=run_uuid,
                 )
+                .returning(ScheduleSlot.initiator)
                 .execution_options(synchronize_session=False)
-            )
+            ).scalar()
             state = lock_row(self.session, ScheduleState, ScheduleState.name == name)
-            if state is not None and state.missed_from is not None:
+            if state is not None and state.missed_from is not None and by_scheduler(initiator):
                 event = ev.ScheduleRecovered(name, state.missed_slots, iso(now) or "")
                 self.writes.emit(outbox, event, None)
                 state.missed_from, state.missed_slots = None, 0

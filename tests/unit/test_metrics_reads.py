@@ -394,6 +394,19 @@ def test_each_schedule_reads_its_newest_run_slot_and_the_slot_due_after_it(ctx):
     assert prune.next_due_at == datetime(2026, 3, 2, 3, 17)  # daily, at 03:17
 
 
+def test_an_operators_run_now_is_a_success_but_moves_no_next_due_slot(ctx):
+    name, sweep = "taskrunner.detect_stuck", ctx.config["TASK_RUNNER_SWEEP_SECONDS"]
+    scheduled = datetime(2026, 3, 1, 12, 0)
+    assert ran(name, scheduled)
+    by_hand = scheduled + timedelta(hours=2, microseconds=250)  # no scheduler since
+    assert ledger.schedules.claim(name, by_hand, "test:1", initiator="operator:ops@example.com")
+    ledger.schedules.finish(name, by_hand, None, None)
+    [row] = ledger.schedules.recent([name], 1)[name]
+    figures = slot_of(name)
+    assert figures.last_run_at == row.finished_at and row.slot == by_hand
+    assert figures.next_due_at == scheduled + timedelta(seconds=sweep)
+
+
 def test_a_missed_a_paused_or_a_running_slot_is_no_success(ctx):
     name = "taskrunner.detect_stuck"
     done = datetime(2026, 3, 1, 12, 0)

@@ -496,6 +496,28 @@ def test_an_operators_run_now_settles_no_scheduled_slot_as_missed(ctx, heard):
     assert "missed" not in {state for _slot, state in states(view)}
 
 
+def test_an_operators_run_now_ends_no_missed_episode_and_the_next_scheduled_slot_does(ctx, heard):
+    ran(SWEEP, T0)
+    missing = [T0 + PERIOD * k for k in (1, 2)]
+    schedules.watch(now=missing[-1] + GRACE + timedelta(seconds=1))
+    # No scheduler is back: an operator runs the sweep by hand.
+    by_hand = missing[-1] + GRACE + timedelta(seconds=5, microseconds=250)
+    keeper = slot_keeper.LedgerSlotKeeper()
+    assert keeper.claim(SWEEP, by_hand, "host-a:1", by_hand, "operator:ops@example.com")
+    keeper.finished(SWEEP, by_hand, None, None)
+    assert [event["name"] for event in heard] == ["tasks.schedule.missed"]
+    assert ledger.schedules.states()[SWEEP].missed_from == missing[0]
+
+    back = T0 + PERIOD * 5  # a scheduler is back: its slot settles the gap and ends it
+    assert keeper.claim(SWEEP, back, "host-a:1", back, "schedule")
+    keeper.finished(SWEEP, back, None, None)
+    assert [(event["name"], event["payload"]["missed_slots"]) for event in heard] == [
+        ("tasks.schedule.missed", 2),
+        ("tasks.schedule.recovered", 4),
+    ]
+    assert ledger.schedules.states()[SWEEP].missed_from is None
+
+
 def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confirmed(ctx):
     ops = Actor("ops@example.com")
     first = schedule_actions.run_now(SWEEP, ops, now=T0)
