@@ -1,12 +1,17 @@
-"""The operator actions on a schedule: run now, pause, resume (recorded as operator actions)."""
+"""The operator actions on a schedule: run now, pause, resume (recorded as operator actions).
+
+A run now's slot is the moment it was asked for, to the microsecond: a schedule's own slots
+are whole seconds, so a run now never takes a scheduled slot's claim (one at second 0 is
+moved a microsecond on), and two confirmed within one second are two slots, each run.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from database import iso, utcnow
+from database import utcnow
 from taskrunner.ledger import Actor, ledger
-from taskrunner.schedules import known, schedule
+from taskrunner.schedules import EPSILON, known, schedule
 from taskrunner.types import Refused
 from tasks.queues import queues
 
@@ -27,9 +32,15 @@ def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None
     slot = datetime.fromisoformat(asked.detail["slot"].removesuffix("Z"))
     if slot < (now or utcnow()) - timedelta(seconds=view.grace_seconds):
         return None
-    if ledger.schedules.slots_in(name, slot - timedelta(seconds=1), slot):
-        return None  # a scheduler took it
-    return iso(slot), f"the slot {iso(slot)} an earlier run now enqueued has not started yet"
+    if ledger.schedules.slots_in(name, slot - EPSILON, slot):
+        return None  # a worker took it
+    named = slot_text(slot)
+    return named, f"the slot {named} an earlier run now enqueued has not started yet"
+
+
+def slot_text(slot: datetime) -> str:
+    """A slot as ISO-8601 UTC, its microseconds kept: each run now's says which it is."""
+    return slot.isoformat() + "Z"
 
 
 class Unconfirmed(Refused):
@@ -47,7 +58,9 @@ def run_now(
     known(name)
     if not confirmed and (pending := unfinished(name, now)):
         raise Unconfirmed(f"{name}: {pending[1]}; confirm again to start another")
-    slot = (now or utcnow()).replace(microsecond=0)
+    slot = now or utcnow()
+    if slot.microsecond == 0:  # a whole second may be a scheduled slot: never take its claim
+        slot += EPSILON
     ledger.actions.record_schedule_run_now(name, slot, actor)
     queues().enqueue_slot(name, slot, f"operator:{actor.name}")
     return slot

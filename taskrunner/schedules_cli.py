@@ -81,7 +81,7 @@ def show_command(name: str, as_json: bool) -> None:
 def run_now_command(name: str, yes: bool) -> None:
     """Enqueue a slot now, the way its scheduler does."""
     slot = _known(schedule_actions.run_now, name, CLI, confirmed=yes)
-    click.echo(f"{name}: slot {iso(slot)} enqueued")
+    click.echo(f"{name}: slot {schedule_actions.slot_text(slot)} enqueued")
 
 
 @schedules_cli.command("pause")

@@ -86,7 +86,7 @@ def schedule_run_now(name: str):
     except Refused as exc:
         flash(f"Not started: {exc}", "error")
     else:
-        flash(f"{view.name}: a slot at {slot:%Y-%m-%d %H:%M:%S} UTC was enqueued.", "success")
+        flash(f"{view.name}: a slot at {slot.isoformat(sep=' ')} UTC was enqueued.", "success")
     return redirect(url_for("backoffice.schedule", name=view.name))
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from database import is_sqlite, iso, utcnow, write_transaction
+from database import is_sqlite, utcnow, write_transaction
 from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import (
     ACTIVE,
@@ -260,10 +260,10 @@ class OperatorActions:
         return self.session.get(TaskTypePause, type_) is not None
 
     def record_schedule_run_now(self, name: str, slot: datetime, actor: Actor) -> None:
+        # To the microsecond: two run-now slots within one second are two slots.
+        detail = {"schedule": name, "slot": slot.isoformat() + "Z"}
         with write_transaction(self.session):
-            self.writes.record_action(
-                None, "schedule-run-now", actor, {"schedule": name, "slot": iso(slot)}
-            )
+            self.writes.record_action(None, "schedule-run-now", actor, detail)
 
     def on_schedule(self, name: str, limit: int = 20) -> list[OperatorAction]:
         """The operator actions on schedule ``name`` (pause, resume, run now), newest first."""

@@ -4,6 +4,7 @@ computed on read, with one event per missed episode (the clock seam, never a sle
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -20,8 +21,9 @@ from taskrunner import events, runner, schedule_actions, schedules, slot_keeper
 from taskrunner.ledger import Actor, ledger
 from taskrunner.types import Refused
 from tasks.presence import Board, ConsumerPresence, Presence
+from tasks.queues import queues
 from tasks.routing import routes
-from tests.support import huey_stop_interrupt
+from tests.support import drain, huey_stop_interrupt
 
 SWEEP = "taskrunner.detect_stuck"  # every 300 s by default: grace 600 s
 T0 = datetime(2026, 3, 1, 12, 0)
@@ -522,12 +524,12 @@ def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confi
     ops = Actor("ops@example.com")
     first = schedule_actions.run_now(SWEEP, ops, now=T0)
     later = T0 + timedelta(seconds=30)
-    with pytest.raises(
-        Refused, match=f"the slot {first:%Y-%m-%dT%H:%M:%S}Z an earlier run now enqueued"
-    ):
+    named = schedule_actions.slot_text(first)
+    assert named == "2026-03-01T12:00:00.000001Z"  # off the scheduled slot at 12:00:00
+    with pytest.raises(Refused, match=re.escape(f"the slot {named} an earlier run now enqueued")):
         schedule_actions.run_now(SWEEP, ops, now=later)  # a second click, the job still queued
     second = schedule_actions.run_now(SWEEP, ops, confirmed=True, now=later)
-    assert schedule_actions.unfinished(SWEEP, later)[0] == f"{second:%Y-%m-%dT%H:%M:%S}Z"
+    assert schedule_actions.unfinished(SWEEP, later)[0] == schedule_actions.slot_text(second)
 
     assert ledger.schedules.claim(SWEEP, second, "host-a:1", now=later)  # a worker took it
     assert schedule_actions.unfinished(SWEEP, later) is None
@@ -535,6 +537,28 @@ def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confi
     # Never taken within the schedule's grace: its job was lost, and asking again is free.
     assert schedule_actions.unfinished(SWEEP, third + GRACE) is not None
     assert schedule_actions.unfinished(SWEEP, third + GRACE + timedelta(seconds=1)) is None
+
+
+def test_each_confirmed_run_now_runs_a_slot_of_its_own_beside_the_scheduled_one(ctx):
+    ops = Actor("ops@example.com")
+    due = T0 + PERIOD
+    # Two confirmed within one second, then one at second 0 of the scheduled slot, which
+    # its scheduler enqueued too: four slots, each run.
+    first = schedule_actions.run_now(SWEEP, ops, now=due - timedelta(milliseconds=700))
+    second = schedule_actions.run_now(
+        SWEEP, ops, confirmed=True, now=due - timedelta(milliseconds=200)
+    )
+    third = schedule_actions.run_now(SWEEP, ops, confirmed=True, now=due)
+    queues().enqueue_slot(SWEEP, due, "schedule")
+    assert drain("default") == 4
+    by_hand = "operator:ops@example.com"
+    rows = ledger.schedules.recent([SWEEP], 10)[SWEEP]
+    assert [(row.slot, row.outcome, row.initiator) for row in rows] == [
+        (third, "ok", by_hand),
+        (due, "ok", "schedule"),
+        (second, "ok", by_hand),
+        (first, "ok", by_hand),
+    ]
 
 
 def test_a_slot_whose_bodys_worker_is_gone_is_ended_failed_and_a_live_one_is_left_running(ctx):
