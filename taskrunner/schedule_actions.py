@@ -7,13 +7,18 @@ moved a microsecond on), and two confirmed within one second are two slots, each
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from database import utcnow
 from taskrunner.ledger import Actor, ledger
+from taskrunner.redaction import redact
 from taskrunner.schedules import EPSILON, known, schedule
 from taskrunner.types import Refused
+from tasks.outages import outage_of
 from tasks.queues import queues
+
+logger = logging.getLogger(__name__)
 
 
 def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None:
@@ -25,7 +30,12 @@ def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None
     if last is not None and last.state in ("running", "late") and last.run_uuid:
         return last.run_uuid, f"its previous run {last.run_uuid} is still running"
     asked = next(
-        (a for a in ledger.actions.on_schedule(name) if a.action == "schedule-run-now"), None
+        (
+            a
+            for a in ledger.actions.on_schedule(name)
+            if a.action == "schedule-run-now" and "failed" not in a.detail
+        ),
+        None,
     )
     if asked is None:
         return None
@@ -47,13 +57,18 @@ class Unconfirmed(Refused):
     """Refused until confirmed: the page confirms with its button, the CLI with ``--yes``."""
 
 
+class NotEnqueued(Refused):
+    """The slot of a run now could not be enqueued (the queue could not be reached)."""
+
+
 def run_now(
     name: str, actor: Actor, confirmed: bool = False, now: datetime | None = None
 ) -> datetime:
     """Enqueue a slot of ``name`` now, the way its scheduler does (initiator ``operator:…``).
 
     Refused while the schedule's previous run still runs, or the slot an earlier "run now"
-    enqueued waits for a worker (one click twice is not two runs), unless ``confirmed``.
+    enqueued waits for a worker (one click twice is not two runs), unless ``confirmed``;
+    ``NotEnqueued`` when the queue could not be reached (its record says so).
     """
     known(name)
     if not confirmed and (pending := unfinished(name, now)):
@@ -61,9 +76,25 @@ def run_now(
     slot = now or utcnow()
     if slot.microsecond == 0:  # a whole second may be a scheduled slot: never take its claim
         slot += EPSILON
-    ledger.actions.record_schedule_run_now(name, slot, actor)
-    queues().enqueue_slot(name, slot, f"operator:{actor.name}")
+    # Recorded first: every run now a worker may run is in the audit.
+    action_id = ledger.actions.record_schedule_run_now(name, slot, actor)
+    try:
+        queues().enqueue_slot(name, slot, f"operator:{actor.name}")
+    except Exception as exc:
+        logger.exception("Run now of %s: its slot could not be enqueued", name)
+        reason = f"the queue could not be reached ({outage_of(exc) or redact(exc)})"
+        _note_failed(action_id, reason)
+        raise NotEnqueued(f"{name}: its slot could not be enqueued: {reason}") from exc
     return slot
+
+
+def _note_failed(action_id: int, reason: str) -> None:
+    # A record left as it was would block the next run now for the schedule's grace, as
+    # one whose job waits; the operator is told of the queue whatever comes of it.
+    try:
+        ledger.actions.schedule_run_now_failed(action_id, reason)
+    except Exception:
+        logger.exception("A run now's record could not be marked failed")
 
 
 def pause(name: str, actor: Actor, now: datetime | None = None) -> bool:

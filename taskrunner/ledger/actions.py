@@ -25,6 +25,7 @@ from taskrunner.ledger.records import (
 from taskrunner.ledger.stale_rules import paused_type_names, stale_cutoffs, stale_filter
 from taskrunner.ledger.writes import Writes
 from taskrunner.models import OperatorAction, TaskRun, TaskRunUnit, TaskTypePause
+from taskrunner.redaction import stored_payload
 from taskrunner.registry import registry
 from taskrunner.types import Refused, RunStatus, UnitStatus
 from taskrunner.unit_rules import possible_keys
@@ -259,11 +260,20 @@ class OperatorActions:
     def is_paused(self, type_: str) -> bool:
         return self.session.get(TaskTypePause, type_) is not None
 
-    def record_schedule_run_now(self, name: str, slot: datetime, actor: Actor) -> None:
+    def record_schedule_run_now(self, name: str, slot: datetime, actor: Actor) -> int:
+        """Record a run now of ``name`` before its slot is enqueued; the record's id."""
         # To the microsecond: two run-now slots within one second are two slots.
         detail = {"schedule": name, "slot": slot.isoformat() + "Z"}
         with write_transaction(self.session):
-            self.writes.record_action(None, "schedule-run-now", actor, detail)
+            action = self.writes.record_action(None, "schedule-run-now", actor, detail)
+            self.session.flush()
+            return action.id
+
+    def schedule_run_now_failed(self, action_id: int, reason: str) -> None:
+        """Note on a run now's record that its slot was never enqueued, and why."""
+        with write_transaction(self.session):
+            action = self.session.get(OperatorAction, action_id)
+            action.detail = stored_payload({**action.detail, "failed": reason})
 
     def on_schedule(self, name: str, limit: int = 20) -> list[OperatorAction]:
         """The operator actions on schedule ``name`` (pause, resume, run now), newest first."""

@@ -206,15 +206,15 @@ class Writes:
 
     def record_action(
         self, run_id: int | None, action: str, actor: Actor, detail: dict[str, Any]
-    ) -> None:
+    ) -> OperatorAction:
         """The operator audit: who did what to which run (or type), from where."""
-        self.session.add(
-            OperatorAction(
-                task_run_id=run_id,
-                action=action,
-                actor=actor.name,
-                source=actor.source,
-                address=actor.address,
-                detail=stored_payload(detail),
-            )
+        row = OperatorAction(
+            task_run_id=run_id,
+            action=action,
+            actor=actor.name,
+            source=actor.source,
+            address=actor.address,
+            detail=stored_payload(detail),
         )
+        self.session.add(row)
+        return row

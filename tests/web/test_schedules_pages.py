@@ -5,6 +5,8 @@ the CLI over the same service."""
 from __future__ import annotations
 
 import json
+import re
+from contextlib import contextmanager
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -42,6 +44,28 @@ def action(page, name: str, verb: str):
 
 def default_queue_jobs(app) -> int:
     return app.extensions["queues"].huey("default").pending_count()
+
+
+@contextmanager
+def unreachable_queue(make_app, tmp_path):
+    """An app whose SQLite queue file lies under a regular file, until the block ends."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    try:
+        yield make_app(QUEUE_SQLITE_PATH=str(blocker / "queue.sqlite3"))
+    finally:
+        blocker.unlink()
+
+
+def run_now_records(app) -> list[dict]:
+    with app.app_context():
+        return list(
+            db.session.execute(
+                select(OperatorAction.detail)
+                .where(OperatorAction.action == "schedule-run-now")
+                .order_by(OperatorAction.id)
+            ).scalars()
+        )
 
 
 def test_the_list_shows_every_schedule_its_rule_and_a_strip_readable_without_colour(app, people):
@@ -189,3 +213,43 @@ def test_the_cli_lists_shows_and_acts_and_refuses_an_unknown_name(app):
         ("schedule-resume", "cli"),
         ("schedule-run-now", "cli"),
     ]
+
+
+NOT_ENQUEUED = (
+    f"{SWEEP}: its slot could not be enqueued: the queue could not be reached "
+    r"\(unhandled builtins.NotADirectoryError — see logs, ref [0-9a-f]{8}\)"
+)
+
+
+def test_a_run_now_the_queue_refused_is_one_line_in_the_cli_and_blocks_no_next_one(
+    make_app, tmp_path
+):
+    with unreachable_queue(make_app, tmp_path) as app:
+        failed = app.test_cli_runner().invoke(args=["schedules", "run-now", SWEEP])
+    assert failed.exit_code == 1
+    assert re.fullmatch(f"error: {NOT_ENQUEUED}\n", failed.stderr)
+    [record] = run_now_records(app)
+    assert re.fullmatch(r"the queue could not be reached \(.*\)", record["failed"])
+    # The queue is back: a plain run now is not refused as if the failed one waited.
+    again = app.test_cli_runner().invoke(args=["schedules", "run-now", SWEEP])
+    assert again.exit_code == 0 and "enqueued" in again.output
+    assert default_queue_jobs(app) == 1
+    assert ["failed" in record for record in run_now_records(app)] == [True, False]
+
+
+def test_a_run_now_the_queue_refused_says_so_on_the_page_and_in_its_actions(
+    make_app, tmp_path, people
+):
+    with unreachable_queue(make_app, tmp_path) as app:
+        web = signed_in(app, people)
+        confirm = action(web.get(f"/backoffice/schedules/{SWEEP}"), SWEEP, "run-now")
+        done = confirm.forms["confirm"].submit().follow()
+    flashed = done.html.select_one(".flash-error").get_text()
+    assert re.search(f"Not started: {NOT_ENQUEUED}", flashed)
+    assert "was enqueued" not in done.text
+    [listed] = [li.get_text(" ", strip=True) for li in done.html.select("ul.plain li")]
+    assert "run now" in listed and "not enqueued: the queue could not be reached" in listed
+    # The next one asks no confirmation beyond its own: nothing of the failed one waits.
+    again = action(done, SWEEP, "run-now")
+    assert "has not started yet" not in again.text
+    assert "was enqueued" in again.forms["confirm"].submit().follow().text
