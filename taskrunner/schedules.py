@@ -153,8 +153,13 @@ def _unclaimed(
 
 
 def _next_due(schedule: Schedule, anchor: datetime, now: datetime, config: Mapping) -> Any:
-    # From a stable anchor (the newest slot): a crontab's next minute is cached by it.
+    # From a stable anchor (the newest slot a scheduler owed): a crontab's next minute is
+    # cached by it. Past it, jump rather than step through a long silence's slots: to now
+    # for an interval, to this hour's start for a crontab (a moment its cache keeps).
     due = schedule.first_after(anchor, config)
+    if due is not None and due <= now:
+        hour = now.replace(minute=0, second=0, microsecond=0)
+        due = schedule.first_after(max(due, now if schedule.period(config) else hour), config)
     while due is not None and due <= now:
         due = schedule.first_after(due, config)
     return due

@@ -166,6 +166,36 @@ def test_an_operators_run_now_leaves_a_dead_schedulers_missed_slots_on_the_page_
     assert listed.missed == 22 and listed.last_slot.slot_at == by_hand
 
 
+@pytest.mark.parametrize(
+    ("name", "due"),
+    [
+        ("taskrunner.relay_events", datetime(2026, 3, 1, 12, 38)),  # every 60 s
+        ("coursebuilder.recover", datetime(2026, 3, 1, 12, 40)),  # every 5 minutes (cron)
+        ("taskrunner.prune", datetime(2026, 3, 2, 3, 17)),  # daily at 03:17
+        ("payments.monthly_statements", datetime(2026, 4, 1, 2, 0)),
+    ],
+)
+def test_the_next_due_slot_after_a_year_of_silence_is_found_without_stepping_through_it(
+    ctx, monkeypatch, name, due
+):
+    schedule = routes.periodic[name].schedule
+    now = T0 + timedelta(minutes=37, seconds=7)
+    # First known a minute ago (a restored database): the read has no missed slot to
+    # compute, only the next due after the slot its scheduler last ran, a year ago.
+    ledger.schedules.register([name], now=now - timedelta(minutes=1))
+    ran(name, schedule.first_after(now - timedelta(days=365), ctx.config))
+    looked: list[datetime] = []
+    first_after = type(schedule).first_after
+
+    def counted(self, moment, config):
+        looked.append(moment)
+        return first_after(self, moment, config)
+
+    monkeypatch.setattr(type(schedule), "first_after", counted)
+    assert schedules.schedule(name, now=now).next_due_at == due
+    assert len(looked) <= 64  # an hour of a 5-minute crontab's slots at most, not a year's
+
+
 def test_a_new_schedule_or_a_deploy_raises_no_false_alarm(ctx, heard):
     # Never known: whatever the clock says, nothing is missed.
     assert all(view.missed == 0 for view in schedules.schedules(now=T0 + timedelta(days=40)))
