@@ -142,6 +142,12 @@ class HttpDriver:
             # A port that is not a number, a scheme urllib does not know: the type alone, as
             # the error's text quotes part of the URL (with user info, the password).
             raise LLMConfigError(f"LLM_BASE_URL cannot be used ({type(exc).__name__})") from None
+        except (http.client.HTTPException, OSError) as exc:
+            # A connection closed or reset mid-answer, an answer that is not HTTP: the
+            # endpoint's trouble, which a later try may not meet.
+            raise LLMUnavailable(
+                f"language model endpoint broke off ({type(exc).__name__})"
+            ) from None
         return _content(raw)
 
 

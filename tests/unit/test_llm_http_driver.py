@@ -61,6 +61,20 @@ class StubHandler(BaseHTTPRequestHandler):
             return self.answer(401, {"error": {"message": "bad key"}})
         if mode == "garbage":
             return self.answer(200, {"unexpected": True})
+        if mode == "hang up":
+            self.close_connection = True
+            return None  # the connection closes with no answer at all
+        if mode == "cut short":
+            self.send_response(200)
+            self.send_header("Content-Length", "4096")
+            self.end_headers()
+            self.wfile.write(b'{"choices": [')
+            self.close_connection = True
+            return None
+        if mode == "not http":
+            self.wfile.write(b"SSH-2.0-OpenSSH_9.2\r\n")
+            self.close_connection = True
+            return None
         content = f"lesson text for: {body['messages'][-1]['content']}"
         self.answer(200, {"choices": [{"message": {"role": "assistant", "content": content}}]})
 
@@ -132,6 +146,16 @@ def test_refusals_and_malformed_answers_are_domain_errors(stub, mode, error):
     stub.mode = mode
     with pytest.raises(error):
         driver(stub).complete(PROMPT)
+
+
+@pytest.mark.parametrize("mode", ["hang up", "cut short", "not http"])
+def test_an_endpoint_that_breaks_off_mid_answer_is_unavailable(stub, mode):
+    # http.client's own errors (RemoteDisconnected, IncompleteRead, BadStatusLine) were
+    # not the driver's: the step failed as "unhandled http.client.…", a crash.
+    stub.mode = mode
+    driver = HttpDriver(stub.base_url, API_KEY, "m", timeout=5)
+    with pytest.raises(LLMUnavailable, match="language model endpoint broke off"):
+        driver.complete(PROMPT)
 
 
 def test_an_unreachable_endpoint_is_unavailable_without_its_url():
