@@ -133,7 +133,17 @@ def hand_back(step_id: int) -> bool:
         return False
     run_id = step.run_id
     with run_lock(GenerationRun, run_id) as run:
-        if run is None or run.status != RunStatus.RUNNING:
+        if run is None:
+            return False
+        if run.status != RunStatus.RUNNING:
+            # The run ended meanwhile: the step is skipped, as its other unfinished steps
+            # were. Left running, it would show as running for ever and a retry, which
+            # queues only steps not done, would wait for it.
+            db.session.execute(
+                update(GenerationStep)
+                .where(GenerationStep.id == step_id, GenerationStep.status == StepStatus.RUNNING)
+                .values(status=StepStatus.SKIPPED, finished_at=utcnow())
+            )
             return False
         handed = (
             db.session.execute(

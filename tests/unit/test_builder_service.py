@@ -204,6 +204,29 @@ def test_an_interrupted_step_is_handed_back_to_the_queue(ctx):
     assert builder_steps.hand_back(step.id) is False
 
 
+def test_a_step_interrupted_after_its_run_failed_is_skipped_and_a_retry_runs_it(ctx):
+    # Two steps running; one fails the run, the other's consumer is told to stop. Before,
+    # the second stayed "running" for good and the retry, queueing only steps not done,
+    # left the stage waiting for it.
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=2, quizzes=0, concurrency=2))
+    ids = {key: step.id for key, step in steps_of(run).items()}
+    db.session.execute(
+        update(GenerationStep).where(GenerationStep.run_id == run.id).values(status="running")
+    )
+    db.session.commit()
+    stages.fail_run(run.id, ids["outline-1"], "step outline/outline-1 failed: boom")
+
+    assert builder_steps.hand_back(ids["outline-2"]) is False
+    assert steps_of(run_of(run.uuid))["outline-2"].status == "skipped"
+    stage, again = stages.retry(run.uuid)
+    assert (stage, again) == ("outline", 2)
+    builder = ctx.extensions["queues"].huey("builder")
+    while builder.pending_count():
+        builder.execute(builder.dequeue())
+    assert run_of(run.uuid).status == "completed"
+
+
 def test_each_commit_moves_the_live_key(ctx):
     add_tenant()
     run_uuid = stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1)
