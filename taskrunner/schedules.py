@@ -43,7 +43,7 @@ from taskrunner.ledger.schedule_reads import HANDED_BACK, by_scheduler
 from taskrunner.models import ScheduleState
 from taskrunner.types import RunStatus
 from tasks.routing import PeriodicSpec, routes
-from tasks.schedules import Schedule, slots_between
+from tasks.schedules import Schedule, newest_slots
 
 STRIP = 14
 DETAIL = 100
@@ -146,10 +146,7 @@ def _unclaimed(
     schedule: Schedule, after: datetime, until: datetime, config: Mapping[str, Any]
 ) -> list[datetime]:
     """The slots in (``after``, ``until``], the newest ``UNCLAIMED_CAP``, oldest first."""
-    period = schedule.period(config)
-    if period:  # jump ahead: an interval's slots are counted, not looked for one by one
-        after = max(after, until - timedelta(seconds=period * UNCLAIMED_CAP))
-    return slots_between(schedule, after, until, config, UNCLAIMED_CAP)
+    return newest_slots(schedule, after, until, config, UNCLAIMED_CAP)
 
 
 def _next_due(schedule: Schedule, anchor: datetime, now: datetime, config: Mapping) -> Any:

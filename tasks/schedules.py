@@ -188,6 +188,27 @@ def slots_between(
     return found
 
 
+def newest_slots(
+    schedule: Schedule, after: datetime, until: datetime, config: Mapping[str, Any], limit: int
+) -> list[datetime]:
+    """The slots that begin in (``after``, ``until``], oldest first, the newest ``limit``."""
+    period = schedule.period(config)
+    if period:  # jump ahead: an interval's slots are counted, not looked for one by one
+        after = max(after, until - timedelta(seconds=period * limit))
+    found = slots_between(schedule, after, until, config, limit + 1)
+    # A crontab's slots are found forwards only: past the limit, start again as far back
+    # as the first ones took (on an hour, which its cache keeps), widening until the limit
+    # is met, so a long silence shows its newest slots (the last day's), not its oldest.
+    span = found[-1] - found[0] if found else timedelta(0)
+    while len(found) > limit:
+        start = max(after, (until - span).replace(minute=0, second=0, microsecond=0))
+        found = slots_between(schedule, start, until, config, 10 * limit)
+        if len(found) >= limit or start == after:
+            return found[-limit:]
+        span *= 2
+    return found
+
+
 class DueSlots:
     """What one scheduler owes each periodic task at each of its checks.
 

@@ -196,6 +196,23 @@ def test_the_next_due_slot_after_a_year_of_silence_is_found_without_stepping_thr
     assert len(looked) <= 64  # an hour of a 5-minute crontab's slots at most, not a year's
 
 
+def test_a_crontab_silent_for_a_week_shows_its_newest_missed_slots_and_lights_the_badge(ctx):
+    # Every 5 minutes on a crontab: a week is 2,016 slots, past the 1,000 a read looks at.
+    # Before, the read took the oldest 1,000 (three and a half days): none in the last
+    # 24 h, so 0 missed, no badge, and a strip of slots days old.
+    name = "coursebuilder.recover"
+    ledger.schedules.register([name], now=T0 - timedelta(minutes=1))
+    ran(name, T0)
+    now = T0 + timedelta(days=7, minutes=2)
+
+    view = schedules.schedule(name, now=now)
+
+    assert view.missed >= 280  # the last 24 h's slots past their grace
+    newest = view.slots[0]
+    assert newest.state == "missed" and now - newest.slot_at < timedelta(minutes=20)
+    assert schedules.missed_count(now=now) >= 1
+
+
 def test_a_new_schedule_or_a_deploy_raises_no_false_alarm(ctx, heard):
     # Never known: whatever the clock says, nothing is missed.
     assert all(view.missed == 0 for view in schedules.schedules(now=T0 + timedelta(days=40)))
