@@ -78,6 +78,8 @@ class AlertDelivery(db.Model):
     answer: Mapped[str | None] = mapped_column(Text)
     last_error: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Since when a process sends it: another one handed the same message waits its turn.
+    sending_since: Mapped[datetime | None]
 
     __table_args__ = (
         UniqueConstraint("message_id", "channel", name="uq_alert_deliveries_channel"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from alerts.models import AlertDelivery
 from extensions import db
 from taskrunner import delivery, runner
 from taskrunner.models import EventDelivery
@@ -100,3 +101,30 @@ def test_a_slow_receiver_is_cut_off_and_holds_up_no_other_channel(make_app, cont
 
     assert quick.kinds() == ["opened"]
     assert refused == {"alerts.sending.channel.slack": "slack no answer within 0.3 s"}
+
+
+def test_one_alert_handed_to_a_channel_by_two_processes_at_once_is_sent_once(make_app, receivers):
+    # The delivery job ran late, as the relay found the event: each read the message
+    # undelivered and sent it, and the receiver got it twice.
+    from alerts import rules, summaries
+    from taskrunner.outbox import deliver_events
+    from tests.interleave import InThread
+
+    hook, _ = receivers
+    hook.delay = 0.5
+    app = make_app(ALERT_WEBHOOK_URL=hook.url, TASK_RUNNER_EVENT_RETRY_SECONDS=0)
+    with app.app_context():
+        ids = rules.judge_now(
+            lambda e: e.raise_("consumer_lost", "all", summaries.consumers_lost({"lost": 1}))
+        )
+    job = InThread(app, "job", deliver_events, ids)
+    relay = InThread(app, "relay", delivery.relay, older_than_seconds=0)
+    job.join()
+    relay.join()
+    with app.app_context():
+        relay_now()  # the one told "another process sends it" tries again: delivered
+
+        assert hook.kinds() == ["opened"]
+        assert db.session.scalars(select(EventDelivery)).all() == []  # none left to retry
+        [sent] = db.session.scalars(select(AlertDelivery)).all()
+        assert sent.delivered_at is not None and sent.sending_since is None
