@@ -306,6 +306,11 @@ class Config:
         )
         self.ALERT_RUN_FAILED_MIN_UNITS = _int("ALERT_RUN_FAILED_MIN_UNITS", 1)
         self.ALERT_RUN_FAILED_MIN_SHARE = _float("ALERT_RUN_FAILED_MIN_SHARE", 0.0)
+        if self.ALERT_RUN_FAILED_MIN_SHARE > 1:  # no run reaches it: the alerts would be off
+            share = self.ALERT_RUN_FAILED_MIN_SHARE
+            raise ConfigError(
+                f"ALERT_RUN_FAILED_MIN_SHARE must be a share from 0 to 1, got {share:g}"
+            )
         self.ALERT_RUN_FAILED_TYPES = env.get("ALERT_RUN_FAILED_TYPES", "")
         self.ALERT_STALE_UNITS = _int("ALERT_STALE_UNITS", 1)
         self.ALERT_STALE_MINUTES = _float("ALERT_STALE_MINUTES", 10)

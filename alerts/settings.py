@@ -78,11 +78,12 @@ def _threshold(name: str, key: str, raw: str) -> RunThreshold:
         threshold: RunThreshold | None = RunThreshold(int(units or 1), float(share or 0))
     except ValueError:
         threshold = None
-    # nan and inf parse, and no run ever reaches them: the type's alerts would be off.
-    if threshold is None or threshold.units < 0 or not 0 <= threshold.share < math.inf:
+    # nan, inf and a share over 1 parse, and no run ever reaches them: the type's alerts
+    # would be off.
+    if threshold is None or threshold.units < 0 or not 0 <= threshold.share <= 1:
         raise SettingError(
             f"{name}: {f'{key}={raw}'!r} is not units[:share]"
-            " (a whole number and a number, both 0 or more)"
+            " (a whole number 0 or more, and a share from 0 to 1)"
         )
     return threshold
 

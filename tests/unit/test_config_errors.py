@@ -124,6 +124,7 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("SESSION_LIFETIME_HOURS", "0", "must be more than 0, got '0'"),
         ("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
         ("ALERT_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
+        ("ALERT_RUN_FAILED_MIN_SHARE", "2", "must be a share from 0 to 1, got 2"),
         ("ALERT_WEBHOOK_URL", "https://bot:Pw-1@hooks.example.test/x", "must not carry a user"),
         ("LLM_BASE_URL", "https://llm:Pw-1@llm.example.test/v1", "must not carry a user"),
         ("ALERT_SLACK_WEBHOOK_URL", "https://hooks.example.test:Pw-1/x", "is not a URL with a"),
@@ -140,6 +141,8 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("ALERT_RUN_FAILED_TYPES", "x.sync=1:nan", "'x.sync=1:nan' is not units[:share]"),
         ("ALERT_RUN_FAILED_TYPES", "x.sync=1:inf", "'x.sync=1:inf' is not units[:share]"),
         ("ALERT_RUN_FAILED_TYPES", "x.sync=-2", "'x.sync=-2' is not units[:share]"),
+        # A share over 1 is reached by no run: that type's alerts would be off.
+        ("ALERT_RUN_FAILED_TYPES", "x.sync=1:2", "'x.sync=1:2' is not units[:share]"),
         ("ALERT_QUEUE_WAIT_MINUTES", "*=nan", "'*=nan' is not a number of minutes (0: off)"),
         ("ALERT_QUEUE_WAIT_MINUTES", "tasks=-5", "'tasks=-5' is not a number of minutes"),
         ("ALERT_QUEUE_WAIT_MINUTES", "tasks=inf", "'tasks=inf' is not a number of minutes"),
