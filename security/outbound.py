@@ -1,16 +1,27 @@
-"""Outbound HTTP to vendors: a client that carries credentials never follows a redirect.
+"""Outbound HTTP to vendors: a client that carries credentials never follows a redirect,
+and one exchange never outlasts its timeout.
 
 urllib's default opener follows a 301/302/303/307/308 to whatever host the answer names,
 with every header of the request, ``Authorization`` included, and turns the redirected
 POST into a GET whose 200 looks like success. A vendor client opens its requests here
 instead: a redirect comes back as the ``HTTPError`` of its 30x status, for the client to
 report as a vendor error, and the credentials stay with the host they were meant for.
+
+urllib's timeout bounds each read of the socket, not the exchange: a server that answers
+a byte at a time held the sender (an alert's channel, the other channels after it, the
+relay's job) for as long as it liked. Here the whole exchange, the caller's read of the
+body included, has the timeout: at its end the socket is shut and ``TimeoutError`` raised.
 """
 
 from __future__ import annotations
 
+import http.client
+import socket
+import threading
 import urllib.request
-from http.client import HTTPResponse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 
@@ -19,8 +30,86 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises the 30x as an HTTPError
 
 
-def open_without_redirects(request: urllib.request.Request, timeout: float) -> HTTPResponse:
-    """Open ``request`` as ``urlopen`` would, except that a redirect is an ``HTTPError``."""
+class _Watched(http.client.HTTPConnection):
+    def __init__(self, sockets: list[socket.socket], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sockets = sockets
+
+    def connect(self) -> None:
+        super().connect()
+        self._sockets.append(self.sock)
+
+
+class _WatchedTLS(http.client.HTTPSConnection):
+    def __init__(self, sockets: list[socket.socket], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sockets = sockets
+
+    def connect(self) -> None:
+        super().connect()
+        self._sockets.append(self.sock)
+
+
+class _HTTP(urllib.request.HTTPHandler):
+    def __init__(self, sockets: list[socket.socket]) -> None:
+        super().__init__()
+        self._sockets = sockets
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(partial(_Watched, self._sockets), req)
+
+
+class _HTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, sockets: list[socket.socket]) -> None:
+        super().__init__()
+        self._sockets = sockets
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(partial(_WatchedTLS, self._sockets), req, context=self._context)
+
+
+class _Deadline:
+    """Shuts the exchange's sockets when its time is up: the read waiting on one ends."""
+
+    def __init__(self, seconds: float, sockets: list[socket.socket]) -> None:
+        self.passed = False
+        self._sockets = sockets
+        self._timer = threading.Timer(seconds, self._shut)
+        self._timer.daemon = True
+
+    def _shut(self) -> None:
+        self.passed = True
+        for sock in self._sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._timer.cancel()
+
+
+@contextmanager
+def open_without_redirects(
+    request: urllib.request.Request, timeout: float
+) -> Iterator[http.client.HTTPResponse]:
+    """Open ``request`` as ``urlopen`` would, except that a redirect is an ``HTTPError``
+    and the exchange, the body's read in the ``with`` block included, ends at ``timeout``
+    (``TimeoutError``)."""
+    sockets: list[socket.socket] = []
     # Built per request: the opener reads the proxy settings of the environment, like urlopen.
-    opener = urllib.request.build_opener(_RefuseRedirects())
-    return opener.open(request, timeout=timeout)
+    opener = urllib.request.build_opener(_RefuseRedirects(), _HTTP(sockets), _HTTPS(sockets))
+    with _Deadline(timeout, sockets) as deadline:
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                yield response
+        except Exception:
+            if deadline.passed:
+                raise TimeoutError(f"no answer within {timeout:g} s") from None
+            raise
+        if deadline.passed:  # a body cut short by the shutdown reads as a short body
+            raise TimeoutError(f"no answer within {timeout:g} s")
