@@ -48,11 +48,12 @@ def default_queue_jobs(app) -> int:
 
 @contextmanager
 def unreachable_queue(make_app, tmp_path):
-    """An app whose SQLite queue file lies under a regular file, until the block ends."""
+    """An app whose SQLite queue file lies under a regular file, until the block ends (on
+    either ledger database: the queue is a file whichever the backend)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     try:
-        yield make_app(QUEUE_SQLITE_PATH=str(blocker / "queue.sqlite3"))
+        yield make_app(QUEUE_DRIVER="sqlite", QUEUE_SQLITE_PATH=str(blocker / "queue.sqlite3"))
     finally:
         blocker.unlink()
 
