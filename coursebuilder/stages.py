@@ -44,7 +44,7 @@ from extensions import db
 from live import topics as live
 from security.echo import printable
 from taskrunner.contract import JobHandle, bounded, redact, register_domain_error, run_lock
-from tenancy.models import Tenant
+from tenancy.models import CLOSED, Tenant
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +148,11 @@ def start(
     ):
         if not isinstance(value, int) or not low <= value <= high:
             raise BuilderError(f"{name} must be between {low} and {high}")
-    if db.session.get(Tenant, tenant_id) is None:
+    tenant = db.session.get(Tenant, tenant_id)
+    if tenant is None:
         raise BuilderError(f"tenant {tenant_id} does not exist")
+    if tenant.status == CLOSED:  # a departed tenant's course would be paid for, never read
+        raise BuilderError(f"tenant {tenant_id} is closed")
     options: dict[str, Any] = {"lessons": lessons, "quizzes": quizzes}
     if fake:
         options["fake"] = dict(fake)

@@ -247,10 +247,14 @@ def test_each_commit_moves_the_live_key(ctx):
         ({"title": "Ti\x9b2Jdes"}, "the title must not contain control characters"),
         ({"title": "Ti\udcffdes"}, "the title must not contain control characters"),
         ({"tenant_id": 2**70}, "does not exist"),
+        # A departed tenant's course would cost model calls and be read by nobody.
+        ({"tenant_id": 2}, "tenant 2 is closed"),
     ],
 )
 def test_start_refuses_bad_requests_with_a_clear_message(ctx, kwargs, message):
     add_tenant()
+    db.session.add(Tenant(id=2, name="Gone", status="closed"))
+    db.session.commit()
     args = {"tenant_id": 1, "title": "Tides", **kwargs}
     with pytest.raises(stages.BuilderError, match=message):
         stages.start(args.pop("tenant_id"), args.pop("title"), **args)
