@@ -39,6 +39,8 @@ def on_run_failed(event: Mapping[str, Any]) -> None:
         # episode was resolved, or a failure older than the one on-call last heard of.
         if told and (told == payload["run_uuid"] or finished_before(payload["run_uuid"], told)):
             return
+        if cleared_since(payload["type"], payload["run_uuid"]):
+            return  # told late: a run of the type ended clean after it, the type is well
         episodes.raise_("run_failed", payload["type"], summary)
 
     judge_now(judge)
@@ -60,6 +62,12 @@ def on_run_completed(event: Mapping[str, Any]) -> None:
         episodes.clear("run_failed", type_)
 
     judge_now(judge)
+
+
+def cleared_since(type_: str, run_uuid: str) -> bool:
+    """Whether the type's newest clean run ended after run ``run_uuid``."""
+    newest = operations.runs_page(limit=1, type_=type_, status=RunStatus.COMPLETED).items
+    return bool(newest) and finished_before(run_uuid, newest[0].uuid)
 
 
 def finished_before(run_uuid: str, other_uuid: str) -> bool:

@@ -13,7 +13,7 @@ from alerts import operators, rules
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from database import utcnow
 from extensions import db
-from taskrunner import runner, schedules
+from taskrunner import delivery, runner, schedules
 from taskrunner.contract import publishing
 from taskrunner.ledger import Actor, ledger
 from taskrunner.models import OutboxEvent
@@ -108,6 +108,23 @@ def test_a_late_completion_of_an_older_run_leaves_a_newer_failure_open(
 
     assert receiver.kinds() == ["opened"]
     assert states == ["open"]
+
+
+def test_a_failure_told_after_a_newer_clean_run_of_its_type_opens_nothing(
+    alerting, controlled, receiver, monkeypatch
+):
+    # The process that closed the failed run died before it handed the event over; the
+    # relay hands it over only after a later run of the type ended clean: the type is
+    # well again, no alert opens for the past.
+    with alerting().app_context():
+        with monkeypatch.context() as died:
+            died.setattr(delivery, "deliver", lambda events: None)
+            failed = run_of(controlled, 2, {"k1"})
+        run_of(controlled, 2, set())
+        handed_over_again("tasks.run.failed", failed)
+        episodes = db.session.execute(select(AlertEpisode)).scalars().all()
+
+    assert receiver.kinds() == [] and episodes == []
 
 
 def test_a_run_under_its_types_threshold_does_not_alert(alerting, controlled, receiver):
