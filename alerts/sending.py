@@ -142,21 +142,19 @@ def send(channel: Channel, message_id: int, body: Mapping[str, Any]) -> str:
 def record(
     message_id: int, channel: str, answer: str | None = None, error: str | None = None
 ) -> None:
+    """The outcome of a send ``take`` allowed (its row exists): the sending ends."""
     now = utcnow()
+    outcome = (
+        {"delivered_at": now, "answer": bounded(answer or "")}
+        if error is None
+        else {"last_error": bounded(error)}
+    )
     with write_transaction(db.session):
-        row = db.session.execute(
-            select(AlertDelivery).where(
-                AlertDelivery.message_id == message_id, AlertDelivery.channel == channel
+        db.session.execute(
+            update(AlertDelivery)
+            .where(AlertDelivery.message_id == message_id, AlertDelivery.channel == channel)
+            .values(
+                attempts=AlertDelivery.attempts + 1, updated_at=now, sending_since=None, **outcome
             )
-        ).scalar_one_or_none()
-        if row is None:
-            row = AlertDelivery(message_id=message_id, channel=channel, attempts=0)
-            db.session.add(row)
-        row.attempts += 1
-        row.updated_at = now
-        row.sending_since = None
-        if error is None:
-            row.delivered_at = now
-            row.answer = bounded(answer or "")
-        else:
-            row.last_error = bounded(error)
+            .execution_options(synchronize_session=False)
+        )

@@ -30,24 +30,24 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises the 30x as an HTTPError
 
 
-class _Watched(http.client.HTTPConnection):
+class _Watching:
+    """A connection that adds its socket to ``sockets`` once connected."""
+
     def __init__(self, sockets: list[socket.socket], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sockets = sockets
 
     def connect(self) -> None:
-        super().connect()
-        self._sockets.append(self.sock)
+        super().connect()  # type: ignore[misc]
+        self._sockets.append(self.sock)  # type: ignore[attr-defined]
 
 
-class _WatchedTLS(http.client.HTTPSConnection):
-    def __init__(self, sockets: list[socket.socket], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._sockets = sockets
+class _Watched(_Watching, http.client.HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self._sockets.append(self.sock)
+
+class _WatchedTLS(_Watching, http.client.HTTPSConnection):
+    pass
 
 
 class _HTTP(urllib.request.HTTPHandler):
