@@ -299,6 +299,10 @@ def count_cancellable(run: TaskRun) -> int:
     return counts["pending"] + counts["running"]
 
 
+def count_failed(run: TaskRun) -> int:
+    return ledger.counts.live_counts([run])[run.id]["failed"]
+
+
 def parked_events(limit: int = 100) -> tuple[list[ParkedDelivery], int, int]:
     """(newest parked deliveries, how many are parked, the attempts before parking)."""
     return (

@@ -161,7 +161,9 @@ def errors(run_uuid: str):
         "backoffice/errors.html",
         run=run,
         groups=groups,
-        total=sum(g.count for g in groups),
+        # The run's failed units, not the sum of the groups listed: only the biggest are.
+        total=operations.count_failed(run),
+        shown=sum(g.count for g in groups),
         retrying=sum(g.retrying for g in groups),
         can_manage=can_manage(),
         retry_allowed=operations.retry_allowed(run),

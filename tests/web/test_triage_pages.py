@@ -98,6 +98,25 @@ def test_the_cli_status_names_each_failed_units_kind(app, cli):
     assert "c1  tenant=-  attempts=1  kind=crash  unhandled builtins.KeyError" in result.stdout
 
 
+def test_the_error_groups_page_counts_every_failed_unit_when_it_shows_the_biggest_groups(
+    app, viewer_web
+):
+    # 56 reasons that fold apart (letters vary, not digits): more groups than the page lists.
+    keys = [f"u{i}" for i in range(60)]
+    failing = {key: f"no rate for {'x' * (i % 56)}" for i, key in enumerate(keys)}
+    with app.app_context():
+        run_uuid = finished_run("payments.charges", keys, failing)
+
+    page = viewer_web.get(f"/backoffice/task-runs/{run_uuid}/errors")
+    said = " ".join(page.html.select_one(".head p.muted").get_text().split())
+    shown = page.html.select("table.groups tbody tr")
+
+    assert len(shown) == 50
+    assert said.startswith("60 failed units; the 50 biggest of their groups are shown")
+    assert sum(int(row.select_one("td.num").get_text()) for row in shown) < 60
+    assert viewer_web.get(f"/api/v1/backoffice/task-runs/{run_uuid}").json["units"]["failed"] == 60
+
+
 # -- a group, all of it (item 3) ----------------------------------------------------------
 
 GROUP = "no statement for tenant #"
