@@ -98,7 +98,10 @@ def _record_refusals(refusals: list[Refusal], now: datetime) -> None:
 
 def backoff(attempts: int) -> timedelta:
     base = current_app.config["TASK_RUNNER_EVENT_RETRY_SECONDS"]
-    return min(timedelta(seconds=base * 2 ** (attempts - 1)), MAX_BACKOFF)
+    # Capped before a timedelta is made: a delivery an operator re-delivers again and again
+    # doubles past what a timedelta holds (2 ** 41 minutes) long after the cap was reached.
+    doubled = base * 2.0 ** min(attempts - 1, 64)
+    return timedelta(seconds=min(doubled, MAX_BACKOFF.total_seconds()))
 
 
 def relay(older_than_seconds: int = 60, limit: int = 500) -> int:

@@ -188,3 +188,29 @@ def test_a_delivery_refused_too_often_is_parked_shown_and_redelivered_by_an_oper
         nothing = cli.invoke(args=["events", "redeliver", "--all"])
         assert nothing.exit_code == 1 and nothing.stderr.strip() == "error: no parked delivery"
     assert "Nothing is parked" in web.get("/backoffice/parked-events").text
+
+
+def test_a_parked_delivery_refused_again_and_again_stays_parked_with_an_hour_between_tries(
+    make_app, controlled
+):
+    # Each refusal doubles the wait before the next try, capped at an hour: after some
+    # forty refusals the doubled wait no longer fit a timedelta, and the command crashed.
+    app = make_app(TASK_RUNNER_EVENT_RETRY_SECONDS=60, TASK_RUNNER_EVENT_MAX_ATTEMPTS=1)
+    cli = app.test_cli_runner()
+    with app.app_context():
+        refusing = Refuses()
+        events.subscribe("tasks.run.completed", refusing)
+        runner.start("tests.controlled", {"units": 1}, "test")
+        drain()  # refusal 1, by the owner
+        delivery.retry(db.session.execute(select(EventDelivery.id)).scalars())  # 2: parked
+        [parked] = delivery.parked()
+
+        for _ in range(3, 61):
+            again = cli.invoke(args=["events", "redeliver", parked.event_id])
+            assert not isinstance(again.exception, OverflowError)
+            assert again.exit_code == 1
+            assert again.stderr == "error: 1 of 1 deliveries refused again, still parked\n"
+
+        [still] = delivery.parked()
+        assert still.attempts == 60
+        assert delivery.backoff(still.attempts) == delivery.MAX_BACKOFF
