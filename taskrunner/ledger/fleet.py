@@ -276,7 +276,7 @@ class FleetReads:
         return 0 if stmt is None else self._capped_count(stmt, cap)
 
     def _errors_matching(self, text_: str, recent_runs: int) -> Any | None:
-        needle = text_.strip().lower()
+        needle = text_.strip()
         if len(needle) < 3:
             return None
         # The oldest of the newest runs, read first: a range on the per-run status index
@@ -289,6 +289,9 @@ class FleetReads:
             .limit(1)
         ).scalar_one_or_none()
         escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # Both sides lowered by the database: SQLite's lower() leaves letters outside ASCII
+        # as they are, and a needle lowered by Python ("échec") missed the text as shown.
+        pattern = func.lower(literal(f"%{escaped}%"))
         return (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
@@ -296,7 +299,7 @@ class FleetReads:
                 TaskRunUnit.task_run_id >= (bound or 0),
                 TaskRunUnit.status == UnitStatus.FAILED,
                 not_deleted(TaskRunUnit),
-                func.lower(TaskRunUnit.last_error).like(f"%{escaped}%", escape="\\"),
+                func.lower(TaskRunUnit.last_error).like(pattern, escape="\\"),
             )
         )
 

@@ -91,3 +91,22 @@ def test_a_shared_8_character_prefix_lists_the_runs(app, viewer_web):
 
 def test_a_digit_that_is_not_ascii_is_searched_as_text(viewer_web):
     assert viewer_web.get("/api/v1/backoffice/search?q=%C2%B9").json["counts"]["tenants"] == 0
+
+
+def test_an_error_text_with_capitals_outside_ascii_is_found_as_the_page_shows_it(app, viewer_web):
+    with app.app_context():
+        finished_run(
+            "payments.statements",
+            ["s1", "s2"],
+            {"s1": "Échec du prélèvement SEPA", "s2": "ÉCHEC DU PRÉLÈVEMENT SEPA"},
+        )
+
+    # As shown, and in another case where the database folds it (SQLite: ASCII letters).
+    for typed, key in (
+        ("Échec du prélèvement", "s1"),
+        ("ÉCHEC DU PRÉLÈVEMENT", "s2"),
+        ("Échec du prélèvement sepa", "s1"),
+    ):
+        found = viewer_web.get("/api/v1/backoffice/search", {"q": typed}).json
+        assert key in [unit["unit_key"] for unit in found["errors"]], typed
+        assert found["counts"]["errors"] == len(found["errors"])
