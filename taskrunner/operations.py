@@ -49,7 +49,7 @@ from taskrunner.reports import schedules as schedules_json
 from taskrunner.reports import units_page as units_json
 from taskrunner.schedules import ScheduleView, SlotView, UnknownSchedule
 from taskrunner.settle import settle_here
-from taskrunner.types import Refused, RunStatus
+from taskrunner.types import NotRecorded, Refused, RunStatus
 
 __all__ = [
     "RUN_STATUSES",
@@ -60,6 +60,7 @@ __all__ = [
     "Comparison",
     "ErrorGroup",
     "InvalidCursor",
+    "NotRecorded",
     "Page",
     "ParkedDelivery",
     "Refused",

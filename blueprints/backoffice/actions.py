@@ -104,7 +104,7 @@ def retry(run_uuid: str):
             reason=reason,
             unit_keys=keys,
         )
-    except Refused as exc:
+    except (Refused, operations.NotRecorded) as exc:  # nothing was written: no dispatch
         flash(f"Nothing retried: {exc}", "error")
     except Exception as exc:
         dispatch_failed(exc)

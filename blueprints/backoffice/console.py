@@ -137,7 +137,7 @@ def resume(type_: str):
         return page
     try:
         count = operations.resume(type_, actor())
-    except Refused as exc:
+    except (Refused, operations.NotRecorded) as exc:  # nothing was written: no dispatch
         flash(f"Not resumed: {exc}", "error")
     except Exception as exc:
         dispatch_failed(exc)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 from taskrunner import runner
 from taskrunner.ledger import ledger
+from tests.support import drain
+from tests.unit.test_cli_refusals import database_refusing_inserts_into
 from tests.web.backoffice_support import ADDRESS, browser, make_user, sign_in
 
 
@@ -136,3 +140,46 @@ def test_the_stale_units_page_retries_them_after_a_confirmation(make_app, contro
         assert (unit["status"], unit["attempts"]) == ("pending", 1)
         [action] = ledger.runs.run_actions(run)
         assert action.detail["stale_only"] is True and action.source == "web"
+
+
+def test_a_retry_the_database_refuses_to_record_is_no_dispatch_failure(app, controlled, caplog):
+    controlled.failing = {"k1"}
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 2}, "test").uuid
+        drain()
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+    with database_refusing_inserts_into(app, "operator_actions"):
+        done = web.post(
+            f"/backoffice/task-runs/{run_uuid}/retry",
+            {"csrf_token": token, "confirm": "yes", "failed_only": "1"},
+        ).follow()
+
+    [flash] = [p.get_text() for p in done.html.select(".flash")]
+    assert flash.startswith(f"Nothing retried: a retry of run {run_uuid} could not be recorded")
+    assert "Dispatch failed" not in done.text and "secret-laden" not in done.text
+    ref = re.search(r"ref ([0-9a-f]{8})", flash).group(1)
+    assert any(ref in record.getMessage() for record in caplog.records)
+    with app.app_context():
+        run = ledger.runs.get_run(run_uuid)
+        assert run.status == "completed_with_failures" and ledger.runs.run_actions(run) == []
+
+
+def test_a_resume_the_database_refuses_to_record_is_no_dispatch_failure(app, controlled):
+    with app.app_context():
+        runner.pause(controlled.type())
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+    with database_refusing_inserts_into(app, "operator_actions"):
+        done = web.post(
+            f"/backoffice/task-types/{controlled.type()}/resume",
+            {"csrf_token": token, "confirm": "yes"},
+        ).follow()
+
+    [flash] = [p.get_text() for p in done.html.select(".flash")]
+    assert flash.startswith(f"Not resumed: the resume of {controlled.type()} could not be")
+    assert "Dispatch failed" not in done.text
+    with app.app_context():
+        assert ledger.actions.is_paused(controlled.type())
