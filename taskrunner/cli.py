@@ -238,7 +238,7 @@ def pause_command(type_: str) -> None:
     """Pause a task type: its units stay pending, spending no try, until resumed."""
     try:
         paused = runner.pause(type_)
-    except Refused as exc:
+    except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     click.echo(f"task type {type_} " + ("paused" if paused else "was already paused"))
 
@@ -267,7 +267,7 @@ def cancel_command(run_uuid: str) -> None:
     """Cancel a running run: queued jobs revoked, pending and running units skipped."""
     try:
         count = runner.cancel(run_uuid)
-    except Refused as exc:
+    except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     click.echo(f"cancelled run {run_uuid}: {plural(count, 'unit')} skipped")
 

@@ -165,7 +165,8 @@ def ended_within(run_uuid: str, seconds: float) -> str | None:
 def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     """Cancel a running run; return how many units were skipped."""
     run = ledger.runs.get_run(run_uuid)
-    queued, skipped = ledger.actions.cancel(run_uuid, actor)
+    with _recording(f"the cancel of run {run_uuid}"):
+        queued, skipped = ledger.actions.cancel(run_uuid, actor)
     try:
         dispatching.revoke(queued, run.type)
     except Exception:
@@ -205,7 +206,8 @@ def retry_stale(actor: Actor = CLI, now: datetime | None = None) -> tuple[int, l
 def pause(type_: str, actor: Actor = CLI) -> bool:
     """Pause a registered task type; False if it was paused already."""
     registry.get(type_)
-    return ledger.actions.pause_type(type_, actor)
+    with _recording(f"the pause of {type_}"):
+        return ledger.actions.pause_type(type_, actor)
 
 
 def resume(type_: str, actor: Actor = CLI) -> int | None:

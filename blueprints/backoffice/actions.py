@@ -149,7 +149,7 @@ def cancel(run_uuid: str):
         )
     try:
         skipped = operations.cancel(run.uuid, actor())
-    except Refused as exc:
+    except (Refused, operations.NotRecorded) as exc:
         flash(f"Not cancelled: {exc}", "error")
     else:
         flash(f"Run cancelled; {_plural(skipped, 'unit')} skipped.{_moved(skipped)}", "success")

@@ -116,7 +116,7 @@ def pause(type_: str):
         return page
     try:
         paused = operations.pause(type_, actor())
-    except Refused as exc:
+    except (Refused, operations.NotRecorded) as exc:
         flash(f"Not paused: {exc}", "error")
     else:
         flash(f"{type_} paused." if paused else f"{type_} was already paused.", "success")

@@ -132,8 +132,8 @@ def test_a_run_the_database_refuses_to_record_is_no_dispatch_failure_and_its_ref
     assert runs(app) == 0
 
 
-@pytest.mark.parametrize("action", ["retry", "resume"])
-def test_a_retry_or_resume_the_database_refuses_to_record_names_it_and_its_ref_is_logged(
+@pytest.mark.parametrize("action", ["retry", "resume", "cancel", "pause"])
+def test_an_operator_action_the_database_refuses_to_record_names_it_and_its_ref_is_logged(
     app, cli, caplog, action
 ):
     run_uuid = start(cli, "diagnostics.probe", {"units": 2})
@@ -142,6 +142,8 @@ def test_a_retry_or_resume_the_database_refuses_to_record_names_it_and_its_ref_i
     args, what = {
         "retry": (["tasks", "retry", run_uuid], f"a retry of run {run_uuid}"),
         "resume": (["tasks", "resume", "diagnostics.probe"], "the resume of diagnostics.probe"),
+        "cancel": (["tasks", "cancel", run_uuid], f"the cancel of run {run_uuid}"),
+        "pause": (["tasks", "pause", "diagnostics.probe"], "the pause of diagnostics.probe"),
     }[action]
 
     with database_refusing_inserts_into(app, "operator_actions"):

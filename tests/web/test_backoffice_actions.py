@@ -183,3 +183,27 @@ def test_a_resume_the_database_refuses_to_record_is_no_dispatch_failure(app, con
     assert "Dispatch failed" not in done.text
     with app.app_context():
         assert ledger.actions.is_paused(controlled.type())
+
+
+def test_a_cancel_or_pause_the_database_refuses_to_record_is_a_message_not_a_500(app, controlled):
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 2}, "test").uuid
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+    with database_refusing_inserts_into(app, "operator_actions"):
+        cancelled = web.post(
+            f"/backoffice/task-runs/{run_uuid}/cancel", {"csrf_token": token, "confirm": "yes"}
+        ).follow()
+        paused = web.post(
+            f"/backoffice/task-types/{controlled.type()}/pause",
+            {"csrf_token": token, "confirm": "yes"},
+        ).follow()
+
+    [said] = [p.get_text() for p in cancelled.html.select(".flash")]
+    assert said.startswith(f"Not cancelled: the cancel of run {run_uuid} could not be recorded")
+    [said] = [p.get_text() for p in paused.html.select(".flash")]
+    assert said.startswith(f"Not paused: the pause of {controlled.type()} could not be recorded")
+    with app.app_context():
+        assert ledger.runs.get_run(run_uuid).status == "running"
+        assert not ledger.actions.is_paused(controlled.type())
