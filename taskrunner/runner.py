@@ -60,7 +60,7 @@ def start(
     if not is_sqlite(ledger.session):
         # Made and checked beside the COPY that stores them (``unit_feed``).
         units = prefetched(units, current_app.config["TASK_RUNNER_INSERT_CHUNK"])
-    with _recording(f"a run of {definition.type()}"):
+    with recording(f"a run of {definition.type()}"):
         dispatch = ledger.transitions.create_run(
             definition.type(),
             context,
@@ -97,7 +97,7 @@ def _made_units(definition: TaskDefinition, context: dict[str, Any]) -> Iterator
 
 
 @contextmanager
-def _recording(what: str) -> Iterator[None]:
+def recording(what: str) -> Iterator[None]:
     """A database error that is neither an outage nor a refusal becomes ``NotRecorded``,
     logged under the ref its message quotes: nothing was dispatched, so the operator is
     not told "dispatch failed", and the ref leads to a traceback."""
@@ -136,7 +136,7 @@ def retry(
     ``reason`` narrows it to one error group (its failed units), ``unit_keys`` to a
     selection of units. ``now``: the moment staleness is judged at (default: the clock).
     """
-    with _recording(f"a retry of run {run_uuid}"):
+    with recording(f"a retry of run {run_uuid}"):
         dispatch = ledger.actions.reopen_for_retry(
             run_uuid,
             failed_only,
@@ -165,7 +165,7 @@ def ended_within(run_uuid: str, seconds: float) -> str | None:
 def cancel(run_uuid: str, actor: Actor = CLI) -> int:
     """Cancel a running run; return how many units were skipped."""
     run = ledger.runs.get_run(run_uuid)
-    with _recording(f"the cancel of run {run_uuid}"):
+    with recording(f"the cancel of run {run_uuid}"):
         queued, skipped = ledger.actions.cancel(run_uuid, actor)
     try:
         dispatching.revoke(queued, run.type)
@@ -206,7 +206,7 @@ def retry_stale(actor: Actor = CLI, now: datetime | None = None) -> tuple[int, l
 def pause(type_: str, actor: Actor = CLI) -> bool:
     """Pause a registered task type; False if it was paused already."""
     registry.get(type_)
-    with _recording(f"the pause of {type_}"):
+    with recording(f"the pause of {type_}"):
         return ledger.actions.pause_type(type_, actor)
 
 
@@ -214,7 +214,7 @@ def resume(type_: str, actor: Actor = CLI) -> int | None:
     """Resume a paused type and enqueue the units that waited; return how many (None: it
     was not paused, as a pause of a paused type is no error either)."""
     registry.get(type_)
-    with _recording(f"the resume of {type_}"):
+    with recording(f"the resume of {type_}"):
         dispatches = ledger.actions.resume_type(type_, actor)
     if dispatches is None:
         return None

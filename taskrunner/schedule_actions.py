@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from database import utcnow
 from taskrunner.ledger import Actor, ledger
 from taskrunner.redaction import redact
+from taskrunner.runner import recording
 from taskrunner.schedules import EPSILON, known, schedule
 from taskrunner.types import Refused
 from tasks.outages import outage_of
@@ -77,7 +78,8 @@ def run_now(
     if slot.microsecond == 0:  # a whole second may be a scheduled slot: never take its claim
         slot += EPSILON
     # Recorded first: every run now a worker may run is in the audit.
-    action_id = ledger.actions.record_schedule_run_now(name, slot, actor)
+    with recording(f"the run now of {name}"):
+        action_id = ledger.actions.record_schedule_run_now(name, slot, actor)
     try:
         queues().enqueue_slot(name, slot, f"operator:{actor.name}")
     except Exception as exc:
@@ -100,10 +102,12 @@ def _note_failed(action_id: int, reason: str) -> None:
 def pause(name: str, actor: Actor, now: datetime | None = None) -> bool:
     """Pause ``name``: every scheduler skips its slots from its next check. False: it was."""
     known(name)
-    return ledger.schedules.set_paused(name, True, actor, now)
+    with recording(f"the pause of schedule {name}"):
+        return ledger.schedules.set_paused(name, True, actor, now)
 
 
 def resume(name: str, actor: Actor, now: datetime | None = None) -> bool:
     """Resume ``name``; False when it was not paused."""
     known(name)
-    return ledger.schedules.set_paused(name, False, actor, now)
+    with recording(f"the resume of schedule {name}"):
+        return ledger.schedules.set_paused(name, False, actor, now)

@@ -14,7 +14,7 @@ from security.refusal import refuse
 from taskrunner import reports, schedule_actions
 from taskrunner import schedules as service
 from taskrunner.ledger import CLI
-from taskrunner.types import Refused
+from taskrunner.types import NotRecorded, Refused
 
 schedules_cli = AppGroup("schedules", help="See the periodic schedules; run, pause, resume one.")
 
@@ -26,7 +26,7 @@ def _known(call: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> An
         refuse(str(exc))
     except schedule_actions.Unconfirmed as exc:
         refuse(f"{exc} (with --yes)")
-    except Refused as exc:
+    except (Refused, NotRecorded) as exc:
         refuse(str(exc))
 
 

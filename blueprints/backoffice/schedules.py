@@ -83,7 +83,7 @@ def schedule_run_now(name: str):
         return _confirm(view, "backoffice.schedule_run_now", "Run now", message, **fields)
     try:
         slot = operations.run_schedule_now(view.name, actor(), confirmed=bool(named))
-    except Refused as exc:
+    except (Refused, operations.NotRecorded) as exc:
         flash(f"Not started: {exc}", "error")
     else:
         flash(f"{view.name}: a slot at {slot.isoformat(sep=' ')} UTC was enqueued.", "success")
@@ -100,8 +100,12 @@ def schedule_pause(name: str):
             "resumed; its skipped slots show as paused, never missed."
         )
         return _confirm(view, "backoffice.schedule_pause", "Pause", message)
-    paused = operations.pause_schedule(view.name, actor())
-    flash(f"{view.name} paused." if paused else f"{view.name} was already paused.", "success")
+    try:
+        paused = operations.pause_schedule(view.name, actor())
+    except operations.NotRecorded as exc:
+        flash(f"Not paused: {exc}", "error")
+    else:
+        flash(f"{view.name} paused." if paused else f"{view.name} was already paused.", "success")
     return redirect(url_for("backoffice.schedule", name=view.name))
 
 
@@ -112,6 +116,10 @@ def schedule_resume(name: str):
     if not confirmed():
         message = f"Schedulers run the slots of {view.name} again from their next check."
         return _confirm(view, "backoffice.schedule_resume", "Resume", message)
-    resumed = operations.resume_schedule(view.name, actor())
-    flash(f"{view.name} resumed." if resumed else f"{view.name} was not paused.", "success")
+    try:
+        resumed = operations.resume_schedule(view.name, actor())
+    except operations.NotRecorded as exc:
+        flash(f"Not resumed: {exc}", "error")
+    else:
+        flash(f"{view.name} resumed." if resumed else f"{view.name} was not paused.", "success")
     return redirect(url_for("backoffice.schedule", name=view.name))

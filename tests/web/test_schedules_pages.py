@@ -14,8 +14,10 @@ from sqlalchemy import select
 from database import utcnow
 from extensions import db
 from taskrunner import runner
+from taskrunner.contract import operations
 from taskrunner.ledger import ledger
 from taskrunner.models import OperatorAction
+from tests.unit.test_cli_refusals import database_refusing_inserts_into
 from tests.web.backoffice_support import browser, sign_in
 
 STATEMENTS = "payments.monthly_statements"
@@ -254,3 +256,29 @@ def test_a_run_now_the_queue_refused_says_so_on_the_page_and_in_its_actions(
     again = action(done, SWEEP, "run-now")
     assert "has not started yet" not in again.text
     assert "was enqueued" in again.forms["confirm"].submit().follow().text
+
+
+def test_a_schedule_action_the_database_refuses_to_record_is_one_line_or_a_message(app, people):
+    cli, web = app.test_cli_runner(), signed_in(app, people)
+    with app.app_context():
+        ledger.schedules.register([SWEEP], now=utcnow())
+        db.session.remove()
+    token = web.get("/backoffice/schedules").forms[0]["csrf_token"].value
+    with database_refusing_inserts_into(app, "operator_actions"):
+        said = {verb: cli.invoke(args=["schedules", verb, SWEEP]) for verb in ("pause", "run-now")}
+        pages = {
+            verb: web.post(
+                f"/backoffice/schedules/{SWEEP}/{verb}", {"csrf_token": token, "confirm": "yes"}
+            ).follow()
+            for verb in ("pause", "run-now")
+        }
+
+    for verb, what in (("pause", "the pause of schedule"), ("run-now", "the run now of")):
+        assert said[verb].exit_code == 1
+        assert said[verb].stderr.startswith(f"error: {what} {SWEEP} could not be recorded: ")
+        assert said[verb].stderr.count("\n") == 1
+        [flash] = [p.get_text() for p in pages[verb].html.select(".flash")]
+        assert f"{what} {SWEEP} could not be recorded" in flash
+    assert default_queue_jobs(app) == 0
+    with app.app_context():
+        assert not operations.schedule(SWEEP).paused
