@@ -197,8 +197,9 @@ def retry_stale(actor: Actor = CLI, now: datetime | None = None) -> tuple[int, l
             continue
         try:
             retried += retry(run_uuid, actor=actor, stale_only=True, now=now)
-        except Refused as exc:
-            # Another operator or the run itself moved on since the count was read.
+        except (Refused, NotRecorded) as exc:
+            # Another operator or the run itself moved on since the count was read, or the
+            # database refused this run's retry: the other runs are still retried.
             refusals.append(str(exc))
     return retried, refusals
 

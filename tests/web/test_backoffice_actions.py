@@ -207,3 +207,29 @@ def test_a_cancel_or_pause_the_database_refuses_to_record_is_a_message_not_a_500
     with app.app_context():
         assert ledger.runs.get_run(run_uuid).status == "running"
         assert not ledger.actions.is_paused(controlled.type())
+
+
+def test_a_stale_retry_the_database_refuses_to_record_is_skipped_with_its_reason(
+    make_app, controlled
+):
+    app = make_app(TASK_RUNNER_HEARTBEAT_SECONDS=0)  # a running unit is "worker lost" at once
+    with app.app_context():
+        dispatch = ledger.transitions.create_run(
+            controlled.type(), {}, "test", controlled.units({"units": 2}), 100
+        )
+        first = ledger.transitions.dispatch_batch(dispatch, 0, 1)[0]
+        assert ledger.transitions.claim(first, dispatch.token) is not None
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+    with database_refusing_inserts_into(app, "operator_actions"):
+        done = web.post(
+            "/backoffice/stale-units/retry", {"csrf_token": token, "confirm": "yes"}
+        ).follow()
+
+    said = [p.get_text() for p in done.html.select(".flash")]
+    assert said[0].startswith(f"Skipped: a retry of run {dispatch.run_uuid} could not be")
+    assert said[1] == "Retrying 0 stale units."
+    with app.app_context():
+        run = ledger.runs.get_run(dispatch.run_uuid)
+        assert ledger.runs.find_unit(run, "k1")["status"] == "running"
