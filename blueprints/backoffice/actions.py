@@ -189,7 +189,11 @@ def retry_stale():
             message=f"This re-dispatches {_plural(count, 'stale unit')} across "
             f"{_plural(len(by_run), 'running run')}.",
         )
-    count, refusals = operations.retry_stale(actor())
+    try:
+        count, refusals = operations.retry_stale(actor())
+    except Exception as exc:
+        dispatch_failed(exc)
+        return redirect(back)
     for refusal in refusals:
         flash(f"Skipped: {refusal}", "error")
     flash(f"Retrying {_plural(count, 'stale unit')}.", "success" if count else "info")

@@ -9,6 +9,7 @@ from taskrunner.ledger import ledger
 from tests.support import drain
 from tests.unit.test_cli_refusals import database_refusing_inserts_into
 from tests.web.backoffice_support import ADDRESS, browser, make_user, sign_in
+from tests.web.test_schedules_pages import unreachable_queue
 
 
 def submit_button(page, name: str):
@@ -233,3 +234,25 @@ def test_a_stale_retry_the_database_refuses_to_record_is_skipped_with_its_reason
     with app.app_context():
         run = ledger.runs.get_run(dispatch.run_uuid)
         assert ledger.runs.find_unit(run, "k1")["status"] == "running"
+
+
+def test_a_stale_retry_the_queue_refuses_says_the_dispatch_failed(make_app, controlled, tmp_path):
+    with unreachable_queue(make_app, tmp_path, TASK_RUNNER_HEARTBEAT_SECONDS=0) as app:
+        with app.app_context():
+            dispatch = ledger.transitions.create_run(
+                controlled.type(), {}, "test", controlled.units({"units": 2}), 100
+            )
+            first = ledger.transitions.dispatch_batch(dispatch, 0, 1)[0]
+            assert ledger.transitions.claim(first, dispatch.token) is not None
+        web = manager_on(app)
+        token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+        done = web.post(
+            "/backoffice/stale-units/retry", {"csrf_token": token, "confirm": "yes"}
+        ).follow()
+
+        [said] = [p.get_text() for p in done.html.select(".flash")]
+        assert said.startswith("Dispatch failed: ")
+        with app.app_context():
+            run = ledger.runs.get_run(dispatch.run_uuid)
+            assert ledger.runs.find_unit(run, "k1")["status"] == "failed"

@@ -49,13 +49,14 @@ def default_queue_jobs(app) -> int:
 
 
 @contextmanager
-def unreachable_queue(make_app, tmp_path):
+def unreachable_queue(make_app, tmp_path, **settings):
     """An app whose SQLite queue file lies under a regular file, until the block ends (on
     either ledger database: the queue is a file whichever the backend)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
+    queue = str(blocker / "queue.sqlite3")
     try:
-        yield make_app(QUEUE_DRIVER="sqlite", QUEUE_SQLITE_PATH=str(blocker / "queue.sqlite3"))
+        yield make_app(QUEUE_DRIVER="sqlite", QUEUE_SQLITE_PATH=queue, **settings)
     finally:
         blocker.unlink()
 
