@@ -8,7 +8,10 @@ the Huey task id, stored as ``context.dispatch_uuid``. Another dispatch of the s
 key opens its own run. An attempt that fails with retries left puts the unit back
 to pending with its reason; only the final failure (or a ``PermanentError``, which
 no retry can fix) fails the unit and closes the run. ``tasks retry`` refuses these
-runs: their retries belong to their own queue.
+runs: their retries belong to their own queue. Once its run is made, the dispatch's job
+carries ``RUN_MADE`` in its kwargs (Huey's retries and a hand-back re-send them): a later
+delivery that finds no run then knows it was pruned, and does nothing rather than open a
+new one (a cancelled dispatch stays cancelled).
 
 The trade-off, accepted: a job lost before its first attempt has no row to show.
 """
@@ -35,6 +38,8 @@ from tasks.routing import JobHandle, job
 
 logger = logging.getLogger(__name__)
 
+RUN_MADE = "_ledger_run_made"
+
 
 def tracked_job(
     name: str,
@@ -57,12 +62,14 @@ def tracked_job(
     def decorator(fn: Callable[..., Any]) -> JobHandle:
         @functools.wraps(fn)
         def run(*args: Any, task: Any, **kwargs: Any) -> Any:
+            made = bool(kwargs.pop(RUN_MADE, False))
             return execute_attempt(
                 name,
                 unit(*args, **kwargs),
                 task,
                 functools.partial(fn, *args, **kwargs),
                 initiator,
+                made,
             )
 
         def interrupted(*_args: Any, task: Any, **_kwargs: Any) -> None:
@@ -88,12 +95,23 @@ def tracked_job(
 
 
 def execute_attempt(
-    type_: str, unit: TaskUnit, task: Any, call: Callable[[], Any], initiator: str
+    type_: str,
+    unit: TaskUnit,
+    task: Any,
+    call: Callable[[], Any],
+    initiator: str,
+    made: bool = False,
 ) -> Any:
-    claim = ledger.single_jobs.begin_single_attempt(type_, unit, task.id, initiator)
+    claim = ledger.single_jobs.begin_single_attempt(
+        type_, unit, task.id, initiator, open_run=not made
+    )
+    # The job's own kwargs travel with each retry and hand-back of this dispatch.
+    task.kwargs[RUN_MADE] = True
     if claim is None:
         logger.info(
-            "Dispatch %s of %s already settled or running elsewhere; nothing to do", task.id, type_
+            "Dispatch %s of %s already settled, pruned or running elsewhere; nothing to do",
+            task.id,
+            type_,
         )
         return None
     try:

@@ -27,7 +27,12 @@ class SingleJobs:
         self.writes = writes
 
     def begin_single_attempt(
-        self, type_: str, unit: TaskUnit, dispatch_uuid: str, initiator: str
+        self,
+        type_: str,
+        unit: TaskUnit,
+        dispatch_uuid: str,
+        initiator: str,
+        open_run: bool = True,
     ) -> Claim | None:
         """One attempt of a single tracked job: its run and unit, made on the first one.
 
@@ -37,7 +42,8 @@ class SingleJobs:
         died: its heartbeat is older than the stale rule's ``worker lost``) with a fresh
         token and one more attempt. None: the dispatch already settled or was cancelled,
         or its attempt is running on a live worker (a second delivery of the same
-        dispatch), so this delivery does nothing.
+        dispatch), so this delivery does nothing. ``open_run=False``: a later delivery of a
+        dispatch whose run was made; no run left means it was pruned, and none is opened.
         """
         token = new_token()
         with self.writes.transition() as outbox:
@@ -45,24 +51,28 @@ class SingleJobs:
             # Insert-or-select on the unique dispatch key: of two first attempts racing,
             # one inserts and the other waits for its commit, then finds that run.
             insert_run = sqlite_insert if is_sqlite(self.session) else pg_insert
-            created = self.session.execute(
-                insert_run(TaskRun)
-                .values(
-                    type=type_,
-                    status=RunStatus.RUNNING,
-                    initiator=initiator,
-                    context={"dispatch_uuid": dispatch_uuid},
-                    dispatch_uuid=dispatch_uuid,
-                    started_at=now,
-                    units_total=1,
-                    created_by=initiator,
-                    updated_by=initiator,
-                )
-                .on_conflict_do_nothing(index_elements=[TaskRun.dispatch_uuid])
-                .returning(TaskRun.id)
-            ).scalar_one_or_none()
+            created = None
+            if open_run:
+                created = self.session.execute(
+                    insert_run(TaskRun)
+                    .values(
+                        type=type_,
+                        status=RunStatus.RUNNING,
+                        initiator=initiator,
+                        context={"dispatch_uuid": dispatch_uuid},
+                        dispatch_uuid=dispatch_uuid,
+                        started_at=now,
+                        units_total=1,
+                        created_by=initiator,
+                        updated_by=initiator,
+                    )
+                    .on_conflict_do_nothing(index_elements=[TaskRun.dispatch_uuid])
+                    .returning(TaskRun.id)
+                ).scalar_one_or_none()
             # Found by its unique dispatch key (an index hit).
             run = lock_row(self.session, TaskRun, TaskRun.dispatch_uuid == dispatch_uuid)
+            if run is None:
+                return None  # pruned: the dispatch ended, and no later delivery reopens it
             if created is not None:
                 self.writes.insert_units(run.id, [[unit]], token, now)
                 self.writes.emit(outbox, ev.RunStarted(run.uuid, type_, initiator, 1), run.id)

@@ -304,3 +304,30 @@ def test_the_client_says_when_the_provider_is_unreachable_or_not_configured():
         ProviderClient("http://127.0.0.1:9", TOKEN, timeout=2).submit("d-1", "t", "b")
     with pytest.raises(ProviderNotConfigured, match="not configured"):
         ProviderClient("", TOKEN).submit("d-1", "t", "b")
+
+
+def test_a_cancelled_dispatch_pruned_before_its_retry_is_never_resurrected(docs, provider):
+    # The first attempt fails and Huey schedules a retry; the operator cancels the run and
+    # prunes it before the retry fires. The retry found no run under its dispatch key and
+    # opened a new one: the cancelled job ran again and the provider got the document.
+    provider.script = [(503, {}, 0), (200, {"reference": "R-2"}, 0)]
+    document = create_document(tenant_id=4, title="Claim")
+    forward(document.uuid)
+    first = step()
+    assert first["retry_in"] is not None
+    [run] = runs_of(document)
+    cli = docs.test_cli_runner()
+    assert cli.invoke(args=["tasks", "cancel", run.uuid]).exit_code == 0
+    pruned = cli.invoke(args=["tasks", "prune", "--days", "0"])
+    assert pruned.output.startswith("pruned 1 run ")
+    assert runs_of(document) == []
+
+    retried = step()  # the retry Huey scheduled arrives
+
+    assert retried["id"] == first["id"]
+    assert retried["retry_in"] is None
+    assert step() is None
+    assert runs_of(document) == []
+    assert len(provider.requests) == 1
+    db.session.refresh(document)
+    assert document.status == "received"

@@ -31,8 +31,9 @@ UNIT = TaskUnit("document-7", 7)
 
 
 def delivery(dispatch: str) -> SimpleNamespace:
-    """What the wrapper reads of a Huey task: its id (the dispatch), retries and timeout."""
-    return SimpleNamespace(id=dispatch, retries=2, timeout=60)
+    """What the wrapper reads of a Huey task: its id (the dispatch), retries, timeout and
+    kwargs (which carry to later deliveries that the dispatch's run was made)."""
+    return SimpleNamespace(id=dispatch, retries=2, timeout=60, kwargs={})
 
 
 def unit_row() -> tuple[str, int]:
