@@ -5,7 +5,10 @@ from __future__ import annotations
 import click
 from flask.cli import AppGroup
 
+from database import database_outage
 from payments.statements import StatementError, start_monthly_statements
+from security.refusal import refuse
+from taskrunner.contract import TaskRunnerError, redact
 
 payments_cli = AppGroup("payments", help="Payments: monthly statements.")
 
@@ -18,6 +21,13 @@ def generate_monthly_statements(period: str) -> None:
         handle = start_monthly_statements(period, "cli")
     except StatementError as exc:
         raise click.BadParameter(str(exc), param_hint="--period") from None
+    except TaskRunnerError as exc:  # refused, or not recorded: nothing was started
+        refuse(str(exc))
+    except Exception as exc:
+        if database_outage(exc):
+            raise  # the command line names the outage (startup)
+        # The run was recorded and then failed by the wedge guard, its reason logged.
+        refuse(f"dispatch failed: {redact(exc)}")
     click.echo(
         f"started payments.monthly_statements for {period}: {handle.units_total} units", err=True
     )

@@ -89,6 +89,22 @@ def test_a_period_not_ended_is_a_usage_error_and_starts_nothing(app, cli):
         assert db.session.scalar(select(func.count()).select_from(TaskRun)) == 0
 
 
+def test_a_sweep_whose_queue_is_down_is_one_line_on_stderr_and_its_run_fails(make_app):
+    # Nothing listens on port 1: the run is recorded, then its jobs cannot be enqueued.
+    app = make_app(QUEUE_DRIVER="redis", REDIS_URL="redis://127.0.0.1:1/0")
+    with app.app_context():
+        add_tenants(("active", datetime(2025, 1, 5)))
+        result = app.test_cli_runner().invoke(
+            args=["payments", "generate-monthly-statements", "--period", "2025-11"]
+        )
+
+        assert result.exit_code == 1, result.exception
+        assert result.stderr.startswith("error: dispatch failed: ")
+        assert len(result.stderr.strip().splitlines()) == 1
+        db.session.rollback()
+        assert db.session.scalars(select(TaskRun.status)).all() == ["failed"]
+
+
 @pytest.mark.skipif(shutil.which("faketime") is None, reason="Debian's faketime is needed")
 def test_the_monthly_schedule_starts_the_month_that_ended_in_utc_whatever_the_hosts_zone():
     # Huey fires the crontab at 02:00 UTC on the 1st: in New York it is still the 30th
