@@ -1,10 +1,10 @@
 """``diagnostics.probe``: a task type for checking a deployment end to end.
 
 Context: ``{"units": N, "fail_every": k, "vendor_fail_every": j, "crash_every": c,
-"sleep_ms": m}``, whole numbers, absent keys 0 (never); any other key or value is refused
-before a run exists. Unit i (from 1) sleeps m ms, then fails with a domain error if k
-divides i, else with a driver-style error carrying fake secrets if j divides i, else
-crashes (a KeyError raised from the probe's own code) if c divides i, else succeeds.
+"sleep_ms": m}``, whole numbers, absent keys 0 (never), ``m`` at most a day; any other key
+or value is refused before a run exists. Unit i (from 1) sleeps m ms, then fails with a
+domain error if k divides i, else with a driver-style error carrying fake secrets if j
+divides i, else crashes (a KeyError raised from the probe's own code) if c divides i, else succeeds.
 The same unit fails the same way on every attempt.
 """
 
@@ -34,6 +34,9 @@ CONTEXT = dict.fromkeys(
 # Ten times the largest run measured (bench/bench_million.py); a typo's trillion would
 # fill the disk in the run's one transaction before anyone could cancel it.
 MAX_UNITS = 10_000_000
+# A day, longer than any unit's timeout; a larger sleep no clock holds (an OverflowError
+# crashed every unit of a run its context had let start).
+MAX_SLEEP_MS = 86_400_000
 
 
 class ProbeFailed(TaskReportableError):
@@ -41,12 +44,18 @@ class ProbeFailed(TaskReportableError):
 
 
 def check_counts(type_: str, context: Mapping[str, Any], keys: Iterable[str]) -> None:
-    """None of ``keys`` negative (whole numbers, checked before), at most ``MAX_UNITS`` units."""
+    """None of ``keys`` negative (whole numbers, checked before), at most ``MAX_UNITS`` units
+    and a sleep of at most ``MAX_SLEEP_MS``."""
     for key in keys:
         if context.get(key, 0) < 0:
             raise ContextError(f"{type_}: the context key {key!r} must not be negative")
     if context.get("units", 0) > MAX_UNITS:
         raise ContextError(f"{type_}: at most {MAX_UNITS:,} units, not {context['units']:,}")
+    if context.get("sleep_ms", 0) > MAX_SLEEP_MS:
+        raise ContextError(
+            f"{type_}: the context key 'sleep_ms' is at most {MAX_SLEEP_MS:,} (a day), "
+            f"not {context['sleep_ms']:,}"
+        )
 
 
 def _number(context: Mapping[str, Any], key: str) -> int:

@@ -48,6 +48,19 @@ def runs() -> int:
             "error: diagnostics.probe: at most 10,000,000 units, not 1,000,000,000,000",
         ),
         (
+            # Every unit slept the sleep no clock can hold: each crashed on an OverflowError.
+            "diagnostics.probe",
+            {"units": 2, "sleep_ms": 10**24},
+            "error: diagnostics.probe: the context key 'sleep_ms' is at most 86,400,000 "
+            "(a day), not 1,000,000,000,000,000,000,000,000",
+        ),
+        (
+            "diagnostics.effects",
+            {"units": 1, "sleep_ms": 86_400_001},
+            "error: diagnostics.effects: the context key 'sleep_ms' is at most 86,400,000 "
+            "(a day), not 86,400,001",
+        ),
+        (
             "diagnostics.vendor_probe",
             {"units": 2.5},
             "error: diagnostics.vendor_probe: the context key 'units' must be a whole number, "
