@@ -21,6 +21,8 @@ from security.echo import error_line
 
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY_FILE = "secret_key"
+# A century, as ``--days`` of the prune commands: far beyond it the cut-off is before year 1.
+MAX_RETENTION_DAYS = 36_500
 
 
 class ConfigError(click.ClickException, ValueError):
@@ -36,9 +38,10 @@ class ConfigError(click.ClickException, ValueError):
         click.echo(error_line(self.format_message()), file=file, err=file is None)
 
 
-def _int(name: str, default: int, minimum: int = 0) -> int:
+def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
     """No setting means anything below zero; a period, a chunk or a window (``minimum``
-    1) means nothing at zero either: a consumer would spin or divide by it."""
+    1) means nothing at zero either: a consumer would spin or divide by it. ``maximum``:
+    what a clock can reach back (a retention of a million days is a date before year 1)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -48,6 +51,8 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {raw!r}")
     return value
 
 
@@ -210,7 +215,9 @@ class Config:
         self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300, minimum=1)
         # The roll-up of units settled per minute (the queues page's last minute and hour).
         self.TASK_RUNNER_THROUGHPUT_SECONDS = _int("TASK_RUNNER_THROUGHPUT_SECONDS", 60, minimum=1)
-        self.TASK_RUNNER_RETENTION_DAYS = _int("TASK_RUNNER_RETENTION_DAYS", 30)
+        self.TASK_RUNNER_RETENTION_DAYS = _int(
+            "TASK_RUNNER_RETENTION_DAYS", 30, maximum=MAX_RETENTION_DAYS
+        )
         # A subscriber that refuses an event retries after this many seconds, doubling
         # (at most an hour), and is parked after this many refusals.
         self.TASK_RUNNER_EVENT_RETRY_SECONDS = _float(
@@ -232,7 +239,9 @@ class Config:
         # silent for three beats is shown as lost, and forgotten after the retention.
         self.CONSUMER_HEARTBEAT_SECONDS = _float("CONSUMER_HEARTBEAT_SECONDS", 10, positive=True)
         self.CONSUMER_RETENTION_MINUTES = _int("CONSUMER_RETENTION_MINUTES", 60)
-        self.ASYNC_REQUESTS_RETENTION_DAYS = _int("ASYNC_REQUESTS_RETENTION_DAYS", 7)
+        self.ASYNC_REQUESTS_RETENTION_DAYS = _int(
+            "ASYNC_REQUESTS_RETENTION_DAYS", 7, maximum=MAX_RETENTION_DAYS
+        )
         self.LLM_DRIVER = env.get("LLM_DRIVER", "fake")
         self.LLM_BASE_URL = _endpoint_url("LLM_BASE_URL")
         self.LLM_API_KEY = env.get("LLM_API_KEY", "")

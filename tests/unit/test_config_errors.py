@@ -112,6 +112,9 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("QUEUE_DRIVER", "Redis", "must be sqlite, redis or postgres, got 'Redis'"),
         ("SMTP_SECURITY", "STARTTLS", "must be none, starttls or ssl, got 'STARTTLS'"),
         ("TASK_RUNNER_RETENTION_DAYS", "-1", "must be at least 0, got '-1'"),
+        # A cut-off before year 1: every prune, of runs and of alerts, failed on it.
+        ("TASK_RUNNER_RETENTION_DAYS", "1000000", "must be at most 36500, got '1000000'"),
+        ("ASYNC_REQUESTS_RETENTION_DAYS", "36501", "must be at most 36500, got '36501'"),
         ("TASK_RUNNER_SWEEP_SECONDS", "0", "must be at least 1, got '0'"),
         ("TASK_RUNNER_DISPATCH_CHUNK", "0", "must be at least 1, got '0'"),
         ("ALERT_STALE_MINUTES", "-5", "must not be negative, got '-5'"),
