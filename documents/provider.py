@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from security.outbound import open_without_redirects
+from security.sanitise import sanitised
 from taskrunner.contract import PermanentError, TaskReportableError
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429})
@@ -90,10 +91,10 @@ class ProviderClient:
                 f"provider broke off the exchange ({type(exc).__name__})"
             ) from None
         try:
-            reference = json.loads(payload)["reference"]
+            reference = _reference(json.loads(payload)["reference"])
         except (ValueError, KeyError, TypeError):
             raise ProviderUnavailable("provider answered without a document reference") from None
-        return str(reference)[:120]
+        return reference
 
     @staticmethod
     def _status_error(status: int, code: str | None) -> ProviderError:
@@ -103,6 +104,18 @@ class ProviderClient:
         if status >= 500 or status in TRANSIENT_STATUSES:
             return ProviderUnavailable(f"provider unavailable: HTTP {status}{detail}")
         return ProviderRejected(f"provider rejected the document: HTTP {status}{detail}")
+
+
+def _reference(value: Any) -> str:
+    """The provider's reference as its column takes it: a null, an object or an empty text
+    is no reference (``str()`` made "None" of a null, and the document counted as sent)."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError("not a reference")
+    # A NUL is refused by PostgreSQL: the write after the provider took the document failed.
+    reference = sanitised(str(value)).strip()[:120]
+    if not reference:
+        raise ValueError("an empty reference")
+    return reference
 
 
 def _error_code(exc: urllib.error.HTTPError) -> str | None:

@@ -297,6 +297,24 @@ def test_the_client_maps_provider_answers_to_domain_errors(
     assert str(raised.value) == message
 
 
+@pytest.mark.parametrize("reference", [None, "", "   ", {}, [], True, {"id": "R-1"}])
+def test_an_answer_whose_reference_is_no_reference_is_not_taken_for_one(provider, reference):
+    # {"reference": null} was taken as the reference "None", and the document counted
+    # as forwarded under it.
+    provider.script = [(200, {"reference": reference}, 0)]
+    client = ProviderClient(provider.url, TOKEN, timeout=2)
+    with pytest.raises(ProviderUnavailable) as raised:
+        client.submit("d-1", "t", "b")
+    assert str(raised.value) == "provider answered without a document reference"
+
+
+def test_a_reference_is_kept_as_text_fit_for_its_column(provider):
+    provider.script = [(200, {"reference": 12345}, 0), (200, {"reference": " R-\x001\n"}, 0)]
+    client = ProviderClient(provider.url, TOKEN, timeout=2)
+    assert client.submit("d-1", "t", "b") == "12345"
+    assert client.submit("d-2", "t", "b") == "R-1"
+
+
 def test_the_client_says_when_the_provider_is_unreachable_or_not_configured():
     with pytest.raises(
         ProviderUnavailable, match=r"^provider unreachable \(ConnectionRefusedError\)$"
