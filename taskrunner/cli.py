@@ -16,7 +16,7 @@ from taskrunner import cli_options, delivery, dispatch, operations, periodic, ru
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
 from taskrunner.redaction import redact
-from taskrunner.types import NotRecorded, Refused, plural
+from taskrunner.types import LeftoversNotCleared, NotRecorded, Refused, plural
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
 events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
@@ -276,7 +276,10 @@ def cancel_command(run_uuid: str) -> None:
 @click.option("--days", type=click.IntRange(0, MAX_DAYS), help="Days to keep (default: config).")
 def prune_command(days: int | None) -> None:
     """Delete terminal runs older than the retention, and the queues' leftovers."""
-    report = runner.prune(days)
+    try:
+        report = runner.prune(days)
+    except LeftoversNotCleared as exc:
+        refuse(str(exc))
     click.echo(
         f"pruned {plural(report.runs, 'run')} ({plural(report.units, 'unit')}, "
         f"{plural(report.events, 'event')}, {plural(report.actions, 'operator action')}, "

@@ -23,6 +23,7 @@ from taskrunner.registry import registry
 from taskrunner.types import (
     TERMINAL_RUN,
     ContextError,
+    LeftoversNotCleared,
     NotRecorded,
     Refused,
     RunHandle,
@@ -30,6 +31,7 @@ from taskrunner.types import (
     TaskDefinition,
     TaskRunnerError,
     TaskUnit,
+    plural,
 )
 from taskrunner.unit_feed import prefetched
 from taskrunner.unit_rules import checked_units
@@ -183,8 +185,21 @@ def prune(days: int | None = None, actor: Actor = CLI) -> PruneReport:
     older_than = utcnow() - timedelta(days=days)
     report = ledger.pruning.prune(older_than)
     report.slots = ledger.schedules.prune(older_than)
-    report.queue_keys = clear_leftovers(report.run_uuids, report.dispatch_uuids)
+    failure: Exception | None = None
+    try:
+        report.queue_keys = clear_leftovers(report.run_uuids, report.dispatch_uuids)
+    except Exception as exc:
+        if database_outage(exc):
+            raise
+        # The runs are gone already: what was deleted is recorded all the same.
+        logger.exception("The queues' leftovers of a prune could not be cleared")
+        failure = exc
     ledger.pruning.record_prune(report, older_than, actor)
+    if failure is not None:
+        raise LeftoversNotCleared(
+            f"pruned {plural(report.runs, 'run')}, but the queues' leftovers could not be "
+            f"cleared: {redact(failure)}"
+        ) from failure
     return report
 
 

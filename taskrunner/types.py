@@ -56,6 +56,11 @@ class NotRecorded(TaskRunnerError):
     ref its message quotes."""
 
 
+class LeftoversNotCleared(TaskRunnerError):
+    """A prune deleted its runs and recorded it, but the queues' leftovers could not be
+    cleared (a queue backend away); the log has the cause under the ref it quotes."""
+
+
 class ContextError(Refused):
     """A run's context its task type refuses (a key missing, misspelt or mistyped): no run
     is made. Exit 1 with this one line in the CLI, a 400 problem body on the web."""

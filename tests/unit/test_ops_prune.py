@@ -130,3 +130,25 @@ def test_prune_clears_the_queues_leftovers_and_keeps_what_live_jobs_need(fleet):
     assert window_key not in keys and old_lock not in keys
     assert live_lock in keys
     assert report.queue_keys == 6  # 4 revoke keys of the cancelled run, a window, a lock
+
+
+def test_a_prune_whose_queues_are_down_is_recorded_and_said_in_one_line(make_app):
+    # Nothing listens on port 1. The runs were deleted, then clearing the queues raised:
+    # a traceback, and the prune went unrecorded although it had deleted them.
+    app = make_app(QUEUE_DRIVER="redis", REDIS_URL="redis://127.0.0.1:1/0")
+    with app.app_context():
+        done = runner.start("diagnostics.probe", {"units": 0}, "test").uuid  # no job to send
+
+        result = app.test_cli_runner().invoke(args=["tasks", "prune", "--days", "0"])
+
+        assert result.exit_code == 1, result.exception
+        [line] = result.stderr.splitlines()
+        assert line.startswith(
+            "error: pruned 1 run, but the queues' leftovers could not be cleared: unhandled "
+            "redis.exceptions.ConnectionError"
+        )
+        assert ledger.runs.find_run(done) is None
+        [action] = db.session.scalars(
+            select(OperatorAction).where(OperatorAction.action == "prune")
+        ).all()
+        assert (action.detail["runs"], action.detail["queue_keys"]) == (1, 0)
