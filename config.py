@@ -259,7 +259,7 @@ class Config:
         self.LIVE_STREAMS_PER_SESSION = _int("LIVE_STREAMS_PER_SESSION", 6, minimum=1)
         # How long a process reuses the overview strip it read (its numbers move by the minute).
         self.OVERVIEW_CACHE_SECONDS = _float("OVERVIEW_CACHE_SECONDS", 5.0)
-        self.DOCUMENTS_PROVIDER_URL = env.get("DOCUMENTS_PROVIDER_URL", "")
+        self.DOCUMENTS_PROVIDER_URL = _endpoint_url("DOCUMENTS_PROVIDER_URL")
         self.DOCUMENTS_PROVIDER_TOKEN = env.get("DOCUMENTS_PROVIDER_TOKEN", "")
         self.DOCUMENTS_PROVIDER_TIMEOUT_SECONDS = _float(
             "DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", 10, positive=True

@@ -130,6 +130,11 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("ALERT_RUN_FAILED_MIN_SHARE", "2", "must be a share from 0 to 1, got 2"),
         ("ALERT_WEBHOOK_URL", "https://bot:Pw-1@hooks.example.test/x", "must not carry a user"),
         ("LLM_BASE_URL", "https://llm:Pw-1@llm.example.test/v1", "must not carry a user"),
+        # Each document's attempts failed on it instead, five times over, as if the
+        # provider were down ("provider broke off the exchange (InvalidURL)").
+        ("DOCUMENTS_PROVIDER_URL", "https://d:Pw-1@docs.example.test", "must not carry a user"),
+        ("DOCUMENTS_PROVIDER_URL", "https://docs.example.test:abc/", "is not a URL with a"),
+        ("DOCUMENTS_PROVIDER_URL", "https://[::1/", "is not a URL with a"),
         ("ALERT_SLACK_WEBHOOK_URL", "https://hooks.example.test:Pw-1/x", "is not a URL with a"),
     ):
         with monkeypatch.context() as patched:
