@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from sqlalchemy import Row, delete, or_, select, update
+from sqlalchemy import Row, and_, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,7 @@ from database import is_sqlite, iso, utcnow, write_transaction
 from taskrunner import events as ev
 from taskrunner.ledger.records import Actor
 from taskrunner.ledger.schedule_reads import (
+    BY_SCHEDULER,
     HANDED_BACK,
     MISSED,
     PAUSED,
@@ -264,7 +265,29 @@ class ScheduleSlots(ScheduleReads):
         return True
 
     def prune(self, older_than: datetime) -> int:
-        """Forget slots older than the retention (the schedules keep their states)."""
+        """Forget slots older than the retention (the schedules keep their states).
+
+        Kept whatever their age: a slot still running, which a copy of its job must find
+        taken, and each schedule's newest slot a scheduler owed, which missed slots are
+        counted from (without it, every slot since the schedule was first known read
+        missed). The watch's next look starts past the slots forgotten: their gaps were
+        settled when they ran, and a row gone is no slot missed.
+        """
+        table = ScheduleSlot.__table__
         with write_transaction(self.session):
-            stmt = delete(ScheduleSlot.__table__).where(ScheduleSlot.slot < older_than)
-            return self.session.execute(stmt).rowcount
+            anchors = self.session.execute(
+                select(table.c.name, func.max(table.c.slot))
+                .where(BY_SCHEDULER)
+                .group_by(table.c.name)
+            ).all()
+            doomed = and_(table.c.slot < older_than, table.c.outcome.is_not(None))
+            for name, slot in anchors:
+                doomed = and_(doomed, or_(table.c.name != name, table.c.slot != slot))
+            forgotten = self.session.execute(
+                select(table.c.name, func.max(table.c.slot)).where(doomed).group_by(table.c.name)
+            ).all()
+            for name, newest in forgotten:
+                state = lock_row(self.session, ScheduleState, ScheduleState.name == name)
+                if state is not None and (state.watched_until or newest) <= newest:
+                    state.watched_until = newest
+            return self.session.execute(delete(table).where(doomed)).rowcount

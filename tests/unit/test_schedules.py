@@ -278,6 +278,28 @@ def test_slot_rows_are_pruned_with_the_retention_like_runs(ctx):
     assert [row.slot for row in ledger.schedules.recent([SWEEP], 10)[SWEEP]] == [recent]
 
 
+def test_a_prune_of_every_slot_leaves_no_slot_that_ran_reading_missed_nor_claimable(ctx):
+    # prune --days 0 deleted every slot row: the views then counted missed slots from when
+    # the schedule was first known, so every slot that had run read missed (and the watch
+    # wrote them so); a running slot's copy enqueued by another scheduler claimed it again.
+    now = datetime.now().replace(second=0, microsecond=0)
+    first = now - timedelta(hours=2) - timedelta(minutes=now.minute % 5)
+    slots = [first + PERIOD * k for k in range(24)]
+    for slot in slots[:-1]:
+        ran(SWEEP, slot)
+    assert ledger.schedules.claim(SWEEP, slots[-1], "host-a:1", now=slots[-1])  # running
+    assert schedules.schedule(SWEEP, now=now).missed == 0
+
+    runner.prune(days=0)
+
+    view = schedules.schedule(SWEEP, now=now)
+    assert view.missed == 0 and view.unclaimed_missed == []
+    assert schedules.watch(now) == 0
+    assert not ledger.schedules.claim(SWEEP, slots[-1], "host-b:1", now=now)
+    # Kept: the running slot, the schedule's newest; every slot that ended went.
+    assert [row.slot for row in ledger.schedules.recent([SWEEP], 5)[SWEEP]] == [slots[-1]]
+
+
 def test_an_unknown_schedule_is_refused(ctx):
     with pytest.raises(schedules.UnknownSchedule):
         schedules.schedule("no.such.schedule")
