@@ -145,13 +145,16 @@ def register_blueprints(app: Flask) -> None:
     from blueprints.builder import bp as builder
     from blueprints.health import bp as health
     from blueprints.metrics import bp as metrics
+    from blueprints.params import AsciiIntegerConverter
     from blueprints.problems import refuse_long_request_target
     from blueprints.tenant_api import bp as tenant_api
     from blueprints.tenant_api.document import bp as tenant_api_document
     from blueprints.unit_keys import UnitKeyConverter
 
-    # Before any route names it: a unit key is one path segment in every URL.
+    # Before any route names them: a unit key is one path segment in every URL, an id
+    # ASCII digits.
     app.url_map.converters["unit_key"] = UnitKeyConverter
+    app.url_map.converters["int"] = AsciiIntegerConverter
     ui.init_app(app)
     app.before_request(refuse_long_request_target)  # before a token or a session is read
     host_header.init_app(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import abort, request
+from werkzeug.routing import IntegerConverter
 
 from security.echo import echo
 from taskrunner.contract import operations, unit_key_problem
@@ -126,3 +127,11 @@ def unit_key_or_404(value: str) -> str:
     if unit_key_problem(value) is not None:
         abort(404, description="no such unit")
     return value
+
+
+class AsciiIntegerConverter(IntegerConverter):
+    """``<int:…>`` in a route: the digits 0-9 only. Werkzeug's own matches ``\\d``, which
+    takes other scripts' digits too (``١`` and ``１`` read as 1): a second address for
+    every id, where the documents promise an integer and anything else is a 404."""
+
+    regex = r"[0-9]+"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
 import pytest
 import webtest
@@ -159,6 +160,25 @@ def test_the_same_period_asked_by_another_tenant_is_that_tenants_own_request(
 )
 def test_malformed_identifiers_are_404_never_500(client, two_tenants, path):
     client.get(path, headers=bearer(two_tenants["a"][1]), status=404)
+
+
+def other_scripts_digits(number: int, zero: str) -> str:
+    """``number`` written with the digits of another script (``zero`` its 0)."""
+    return "".join(chr(ord(zero) + int(d)) for d in str(number))
+
+
+@pytest.mark.parametrize("zero", ["\u0660", "\uff10", "\U0001d7ce"], ids=["arabic", "wide", "math"])
+def test_a_statement_id_in_another_scripts_digits_is_a_404_not_that_statement(
+    client, two_tenants, zero
+):
+    b_token, b_statement = two_tenants["b"][1], two_tenants["b_statement"]
+    client.get(f"/api/v1/statements/{b_statement}", headers=bearer(b_token), status=200)
+    path = "/api/v1/statements/" + quote(other_scripts_digits(b_statement, zero))
+
+    refused = client.get(path, headers=bearer(b_token), status=404)
+
+    assert refused.json["error"] == "not_found"
+    assert "Content-Disposition" not in refused.headers
 
 
 def sign_in_operator(app, client) -> None:
