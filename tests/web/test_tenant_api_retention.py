@@ -11,6 +11,7 @@ import webtest
 from sqlalchemy import func, select, update
 
 from asyncrequests.models import AsyncRequest
+from config import MAX_RETENTION_DAYS, Config, ConfigError
 from database import utcnow
 from extensions import db
 from payments.statements import TYPE
@@ -105,6 +106,23 @@ def test_the_daily_prune_keeps_requests_younger_than_their_own_retention(make_ap
 
         kept = set(db.session.execute(select(AsyncRequest.reason)).scalars())
     assert kept == {"finished 6 days ago", "pending since 1 day"}
+
+
+def test_a_retention_no_prune_can_reckon_is_refused_at_start_and_a_century_prunes(
+    make_app, monkeypatch
+):
+    # Beyond a century the cut-off falls before year 1: the daily prune would fail daily.
+    with monkeypatch.context() as patched:
+        patched.setenv("ASYNC_REQUESTS_RETENTION_DAYS", "10000000")
+        with pytest.raises(ConfigError, match="^ASYNC_REQUESTS_RETENTION_DAYS must be at most"):
+            Config()
+    app = make_app(ASYNC_REQUESTS_RETENTION_DAYS=MAX_RETENTION_DAYS)
+    from asyncrequests.retention import prune_async_requests
+
+    with app.app_context():
+        prune_async_requests()
+    result = app.test_cli_runner().invoke(args=["async-requests", "prune"])
+    assert (result.exit_code, result.output) == (0, "pruned 0 async requests\n")
 
 
 def test_a_request_pruned_while_its_job_is_queued_is_simply_not_settled(app):
