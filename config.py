@@ -38,6 +38,11 @@ class ConfigError(click.ClickException, ValueError):
         click.echo(error_line(self.format_message()), file=file, err=file is None)
 
 
+# A century too: a session's end (sign-in's now + lifetime) past year 9999 fails every
+# sign-in, and a lifetime beyond timedelta's range fails the start with a traceback.
+MAX_SESSION_LIFETIME_HOURS = 24 * MAX_RETENTION_DAYS
+
+
 def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
     """No setting means anything below zero; a period, a chunk or a window (``minimum``
     1) means nothing at zero either: a consumer would spin or divide by it. ``maximum``:
@@ -56,9 +61,12 @@ def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) 
     return value
 
 
-def _float(name: str, default: float, positive: bool = False) -> float:
+def _float(
+    name: str, default: float, positive: bool = False, maximum: float | None = None
+) -> float:
     """A number of zero or more; a period or a timeout (``positive``) is more than zero: a
-    loop would spin on it, or a socket give up before it began."""
+    loop would spin on it, or a socket give up before it began. ``maximum``: a span added
+    to now that would pass year 9999, which no date holds."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -73,6 +81,8 @@ def _float(name: str, default: float, positive: bool = False) -> float:
         raise ConfigError(f"{name} must not be negative, got {raw!r}")
     if positive and value == 0:
         raise ConfigError(f"{name} must be more than 0, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum:g}, got {raw!r}")
     return value
 
 
@@ -287,7 +297,9 @@ class Config:
         self.REMEMBER_COOKIE_SECURE = self.SESSION_COOKIE_SECURE
         self.HSTS_SECONDS = 0 if self.DEVELOPMENT else _int("HSTS_SECONDS", 31536000)
         self.PERMANENT_SESSION_LIFETIME = timedelta(
-            hours=_float("SESSION_LIFETIME_HOURS", 12, positive=True)
+            hours=_float(
+                "SESSION_LIFETIME_HOURS", 12, positive=True, maximum=MAX_SESSION_LIFETIME_HOURS
+            )
         )
         self.WTF_CSRF_TIME_LIMIT = _int("CSRF_TOKEN_LIFETIME_SECONDS", 3600, minimum=1)
         # Requests whose bodies are bigger are refused with a 413 before they are read.

@@ -13,7 +13,7 @@ from http.cookies import SimpleCookie
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
-from config import Config
+from config import MAX_SESSION_LIFETIME_HOURS, Config, ConfigError
 from tests.web.backoffice_support import VIEW, browser, make_user, sign_in
 
 RUNS = "/backoffice/task-runs"
@@ -91,6 +91,26 @@ def test_sessions_last_hours_not_a_month(app, viewer, monkeypatch):
 
     monkeypatch.setenv("SESSION_LIFETIME_HOURS", "2")
     assert Config().PERMANENT_SESSION_LIFETIME == timedelta(hours=2)
+
+
+@pytest.mark.parametrize("hours", ["100000000", "1e12"])
+def test_a_session_lifetime_no_date_can_hold_is_refused_at_start(monkeypatch, hours):
+    # 1e8 hours ends a sign-in's session past year 9999 (every sign-in a 500); 1e12 is
+    # beyond what a timedelta holds (a traceback at start).
+    monkeypatch.setenv("SESSION_LIFETIME_HOURS", hours)
+
+    with pytest.raises(ConfigError, match="^SESSION_LIFETIME_HOURS must be at most"):
+        Config()
+
+
+def test_the_longest_session_lifetime_still_signs_in(make_app):
+    app = make_app(PERMANENT_SESSION_LIFETIME=timedelta(hours=MAX_SESSION_LIFETIME_HOURS))
+    with app.app_context():
+        viewer = make_user("viewer@example.com", VIEW)
+    web = browser(app)
+
+    assert sign_in(web, viewer).location == RUNS
+    web.get(RUNS, status=200)
 
 
 def test_a_session_past_its_lifetime_signs_nobody_in(make_app, base_config):
