@@ -80,7 +80,8 @@ def hit(limits: Sequence[Limit], window_seconds: int, now: datetime | None = Non
             over = over or hits > limit.per_window
     if not over:
         return 0
-    return max(1, math.ceil((start + timedelta(seconds=window_seconds) - now).total_seconds()))
+    # Reckoned in seconds, not as the window's end: a long window may end past year 9999.
+    return max(1, math.ceil(window_seconds - (now - start).total_seconds()))
 
 
 def prune(window_seconds: int, now: datetime | None = None) -> int:

@@ -68,6 +68,26 @@ def test_a_token_over_its_rate_limit_gets_429_with_retry_after(make_app):
     api.get(POLL, headers=bearer(second), status=404)  # the limit is per token
 
 
+def test_a_window_reaching_past_year_9999_still_answers_429_with_retry_after(make_app):
+    # A window of 10**12 seconds (31,000 years) ends past any date: its wait is still a
+    # number of seconds.
+    window = 10**12
+    app = make_app(
+        TENANT_API_RATE_WINDOW_SECONDS=window,
+        TENANT_API_RATE_PER_TOKEN=1,
+        TENANT_API_RATE_PER_ADDRESS=100,
+    )
+    with app.app_context():
+        _tenant, token = tenant_with_token("Acme")
+    api = client(app)
+    api.get(POLL, headers=bearer(token), status=404)
+
+    limited = api.get(POLL, headers=bearer(token), status=429)
+
+    assert limited.json["error"] == "too_many_requests"
+    assert 1 <= int(limited.headers["Retry-After"]) <= window
+
+
 def test_an_address_over_its_rate_limit_gets_429_even_with_a_valid_token(make_app):
     app = make_app(TENANT_API_RATE_PER_TOKEN=100, TENANT_API_RATE_PER_ADDRESS=5)
     with app.app_context():
