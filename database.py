@@ -237,6 +237,20 @@ def name_connections(engine: Engine, name: str, role: str = "ledger") -> None:
         cparams["application_name"] = f"{name} {os.getpid()} {role}"[:63]
 
 
+# The SQL function that lowers every letter, as PostgreSQL's lower() does in a UTF-8 locale
+# (``lowered``).
+UNICODE_LOWER = "unicode_lower"
+
+
+def _unicode_lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
+def lowered(session: Session, column: Any) -> Any:
+    """``column`` in lower case, every letter (not only ASCII ones) on either database."""
+    return getattr(func, UNICODE_LOWER if is_sqlite(session) else "lower")(column)
+
+
 def configure_engine(engine: Engine) -> None:
     """Install the SQLite pragmas, BEGIN handling and a private database file on an engine."""
     if engine.dialect.name != "sqlite":
@@ -259,6 +273,8 @@ def configure_engine(engine: Engine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        # SQLite's own lower() leaves letters beyond ASCII as they are ("É" stays "É").
+        dbapi_connection.create_function(UNICODE_LOWER, 1, _unicode_lower, deterministic=True)
 
     @event.listens_for(engine, "begin")
     def _begin(conn):

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from sqlalchemy import case, func, literal, or_, select
 
-from database import iso, take_turns, utcnow, write_transaction
+from database import iso, lowered, take_turns, utcnow, write_transaction
 from extensions import db
 from security.echo import printable
 from tenancy.models import CLOSED, Tenant
@@ -142,7 +142,7 @@ def _id_in(text: str) -> int | None:
 def _matching(text: str) -> Any:
     """Tenants whose id is ``text`` or whose name contains it (any case)."""
     escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    named = func.lower(Tenant.name).like(f"%{escaped}%", escape="\\")
+    named = lowered(db.session, Tenant.name).like(f"%{escaped}%", escape="\\")
     tenant_id = _id_in(text)
     return select(Tenant).where(named if tenant_id is None else or_(named, Tenant.id == tenant_id))
 

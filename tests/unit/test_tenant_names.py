@@ -50,6 +50,16 @@ def test_names_beyond_ascii_are_compared_in_any_case(app):
         assert (report.created, report.skipped) == (1, 1)
 
 
+def test_a_search_finds_a_name_beyond_ascii_in_any_case_even_typed_as_it_is(app):
+    with app.app_context():
+        wanted = tenants.create("Ärzte Österreich").id
+        tenants.create("Arzte Osterreich")
+        for typed in ("Ärzte", "ärzte", "ÄRZTE", "österreich", "zte Ö"):
+            found = [t["id"] for t in tenants.matching(typed)]
+            assert found == [wanted], typed
+            assert tenants.count_matching(typed) == 1, typed
+
+
 @pytest.mark.skipif(BACKEND != "postgres", reason="forced with PostgreSQL sessions")
 @pytest.mark.parametrize("second", ["create", "import"])
 def test_a_name_added_while_another_create_is_between_its_read_and_write_is_added_once(app, second):
