@@ -138,14 +138,25 @@ def error_response(
     return page, status, headers or {}
 
 
+def _members_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("a JSON object names a member twice")
+    return members
+
+
 class BoundedJSONProvider(DefaultJSONProvider):
     """JSON whose nesting is too deep for the parser is malformed JSON, not a crash.
 
     Python's parser answers ``[`` × 1,100 with a RecursionError, which
     ``request.get_json`` does not treat as bad input; as a ValueError it becomes a 400.
+    An object that names a member twice is malformed too: the parser would keep the last
+    one silently, where a proxy or a log reading the same body may take the first.
     """
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        if "object_hook" not in kwargs:  # a caller's own hook would lose to a pairs hook
+            kwargs.setdefault("object_pairs_hook", _members_once)
         try:
             return super().loads(s, **kwargs)
         except RecursionError:

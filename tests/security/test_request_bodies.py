@@ -12,7 +12,10 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import func, select
 
+from asyncrequests.models import AsyncRequest
+from extensions import db
 from tests.web.tenant_api_support import bearer, tenant_with_token
 
 REQUESTS = "/api/v1/statements/requests"
@@ -72,6 +75,27 @@ def test_a_bad_value_is_quoted_by_a_short_prefix_only(api):
 def test_json_nested_too_deeply_or_malformed_is_a_400(api, body):
     client, token = api
     assert post(client, token, body.encode()).status_code == 400
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"period": "2025-09", "period": "2025-10"}',
+        b'{"period": "2025-10", "period": "2025-10"}',
+        b'{"x": {"a": 1, "a": 2}, "period": "2025-10"}',
+    ],
+    ids=["two-periods", "same-twice", "nested"],
+)
+def test_an_object_naming_a_member_twice_is_a_400_and_asks_for_nothing(api, body):
+    # Read as its last member, "2025-10" would be asked for; a proxy may read the first.
+    client, token = api
+
+    response = post(client, token, body)
+
+    assert response.status_code == 400
+    assert response.json["error"] == "bad_request"
+    with client.application.app_context():
+        assert db.session.scalar(select(func.count()).select_from(AsyncRequest)) == 0
 
 
 CORPUS = [
