@@ -7,7 +7,7 @@ import json
 import click
 from flask.cli import AppGroup
 
-from security.echo import echo
+from security.echo import echo, one_line
 from security.refusal import refuse
 from taskrunner.contract import plural
 from tenancy import services as tenants
@@ -53,7 +53,8 @@ def list_command(as_json: bool) -> None:
         return
     click.echo(f"{'id':>8}  {'status':10}  name")
     for row in rows:
-        click.echo(f"{row['id']:>8}  {row['status']:10}  {row['name']}")
+        # A name stored before names were checked may hold what steers a terminal.
+        click.echo(f"{row['id']:>8}  {row['status']:10}  {one_line(row['name'])}")
 
 
 @tenants_cli.command("import")

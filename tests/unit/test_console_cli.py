@@ -9,6 +9,7 @@ import pytest
 from extensions import db
 from taskrunner.ledger import ledger
 from tenancy.models import Tenant
+from tests.web.tenant_api_support import make_tenant
 
 
 @pytest.fixture
@@ -140,6 +141,18 @@ def test_tenants_create_list_import_and_close(app, cli, tmp_path):
     assert set(listing["tenants"][0]) == {"id", "name", "status", "created_at"}
     table = cli.invoke(args=["tenants", "list"]).stdout
     assert "Initech" in table and "closed" in table
+
+
+def test_the_tenant_list_shows_a_stored_names_control_characters_escaped(app, cli):
+    # A name stored before names were checked (C1 codes were let through): the listing
+    # must not steer the terminal; \x9b is a one-byte escape sequence's start to some.
+    with app.app_context():
+        make_tenant("\x1b[2JAcme\x9b31m")
+
+    table = cli.invoke(args=["tenants", "list"]).stdout
+
+    assert "\x1b" not in table and "\x9b" not in table
+    assert "\\x1b[2JAcme\\x9b31m" in table
 
 
 @pytest.mark.parametrize(
