@@ -195,10 +195,16 @@ def fail_pending(tenant_id: int, kind: str, subject: str, error: BaseException |
 
 
 def find_for_tenant(tenant_id: int, request_uuid: str) -> RequestView | None:
-    """One of the tenant's requests; another tenant's, or a malformed uuid, is simply none."""
+    """One of the tenant's requests; another tenant's, or a malformed uuid, is simply none.
+
+    A uuid as the API writes it, in either case; Python also reads it with braces, a
+    ``urn:uuid:`` prefix or without dashes, which no document promises: those are none.
+    """
     try:
         canonical = str(uuid_lib.UUID(request_uuid))
     except (ValueError, AttributeError, TypeError):
+        return None
+    if canonical != request_uuid.lower():
         return None
     row = db.session.execute(
         select(AsyncRequest)

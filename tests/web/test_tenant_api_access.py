@@ -181,6 +181,18 @@ def test_a_statement_id_in_another_scripts_digits_is_a_404_not_that_statement(
     assert "Content-Disposition" not in refused.headers
 
 
+def test_a_request_id_in_another_spelling_than_a_uuids_is_a_404_but_capitals_are_the_same(
+    client, two_tenants
+):
+    b_token, b_request = two_tenants["b"][1], two_tenants["b_request"]
+    dashless = b_request.replace("-", "")
+    for spelling in (f"{{{b_request}}}", f"urn:uuid:{b_request}", dashless, dashless.upper()):
+        path = "/api/v1/async-requests/" + quote(spelling)
+        assert client.get(path, headers=bearer(b_token), status=404).json["error"] == "not_found"
+    upper = client.get(f"/api/v1/async-requests/{b_request.upper()}", headers=bearer(b_token))
+    assert upper.json["id"] == b_request
+
+
 def sign_in_operator(app, client) -> None:
     with app.app_context():
         create_user("ops@example.com", OPERATOR_PASSWORD, PERMISSIONS)
