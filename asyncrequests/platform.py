@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid as uuid_lib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, text, update
@@ -118,6 +118,28 @@ def open_request(tenant_id: int, kind: str, subject: str) -> tuple[RequestView, 
         if view is not None:
             return view, view.uuid == new_uuid
     raise RuntimeError(f"could not open a {kind} request for tenant {tenant_id}")
+
+
+def claim_pending(view: RequestView, quiet_for: timedelta) -> bool:
+    """Whether this caller takes the pending request's turn to start its work again.
+
+    Only a request unchanged for ``quiet_for`` is claimed: whoever opened it, or claimed
+    it last, had that long to start the work. Of callers at once one wins, by a
+    conditional update of its last change.
+    """
+    now = utcnow()
+    with write_transaction(db.session):
+        claimed = db.session.execute(
+            update(AsyncRequest)
+            .where(
+                AsyncRequest.uuid == view.uuid,
+                AsyncRequest.status == RequestStatus.PENDING,
+                AsyncRequest.updated_at <= now - quiet_for,
+            )
+            .values(updated_at=now)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    return claimed == 1
 
 
 def completed_request(

@@ -9,6 +9,7 @@ will settle the request just the same.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from sqlalchemy import select
 
@@ -29,6 +30,9 @@ from taskrunner.contract import ContextError, start_run, unit_in_flight
 from tenancy.services import MAX_ID
 
 logger = logging.getLogger(__name__)
+# How long the ask that opened (or last claimed) a request has to start its run before
+# another ask may start one instead.
+START_LEASE = timedelta(minutes=1)
 
 
 class StatementsUnavailable(StatementError):
@@ -47,7 +51,12 @@ def request_statement(tenant_id: int, period: str) -> tuple[RequestView, bool]:
     if not list(eligible_tenants(period, tenant_id)):
         raise StatementError(f"there is no statement for the period {period}")
     request, created = async_requests.open_request(tenant_id, STATEMENT_KIND, period)
-    if not unit_in_flight(TYPE, unit_key(tenant_id, period)):
+    # Two asks at once both find no unit in flight while the first starts its run: only
+    # the ask that opened the request starts one, or one that finds it long left pending
+    # (its job lost: the run ended, or was never started, without settling it).
+    if not unit_in_flight(TYPE, unit_key(tenant_id, period)) and (
+        created or async_requests.claim_pending(request, START_LEASE)
+    ):
         _start_one_unit_run(tenant_id, period)
     current = async_requests.find_for_tenant(tenant_id, request.uuid)
     return current or request, created

@@ -8,19 +8,24 @@ request, through the same tracking wrapper a consumer uses.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
 import webtest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from asyncrequests.models import AsyncRequest
+from database import utcnow
 from extensions import db
 from payments.models import Statement
+from payments.statement_requests import START_LEASE
 from payments.statements import TYPE, generate_statement, start_monthly_statements
+from taskrunner import runner
 from taskrunner.ledger import ledger
+from tests.interleave import Hold, InThread
 from tests.support import see_logs
 from tests.web.tenant_api_support import (
     DRIVER_SECRET,
@@ -84,6 +89,55 @@ def test_asking_again_returns_the_same_pending_request_and_starts_no_second_run(
 
     assert second.json["id"] == first.json["id"]
     assert len(statement_runs(app)) == 1
+
+
+def test_two_asks_at_once_get_the_same_request_and_start_one_run(app, tenant):
+    _tenant_id, token = tenant
+    with app.app_context():
+        engine = db.engine
+
+    def ask():
+        return webtest.TestApp(app).post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token))
+
+    # The first ask is held after it found no unit in flight, right before its run reads
+    # the tenant; the second asks meanwhile, and finds no unit in flight either.
+    starting = lambda sql: "FROM tenants" in sql and "tenants.name" in sql  # noqa: E731
+    with Hold(engine, "first", starting) as hold:
+        first = InThread(app, "first", ask)
+        hold.wait_reached()
+        second = InThread(app, "second", ask)
+        second_answer = second.join()
+        hold.release()
+        first_answer = first.join()
+
+    assert (first.error, second.error) == (None, None)
+    assert first_answer.status_int == second_answer.status_int == 202
+    assert first_answer.json["id"] == second_answer.json["id"]
+    assert len(statement_runs(app)) == 1
+
+
+def test_a_request_left_pending_by_a_lost_run_is_healed_by_asking_again_after_the_lease(
+    app, client, tenant
+):
+    _tenant_id, token = tenant
+    asked = client.post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token), status=202)
+    [(lost, *_)] = statement_runs(app)
+    with app.app_context():
+        runner.cancel(lost)  # its unit will never run: the request stays pending
+    # Within the lease the ask that opened it may still be starting its run.
+    client.post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token), status=202)
+    assert len(statement_runs(app)) == 1
+    with app.app_context():
+        db.session.execute(
+            update(AsyncRequest).values(updated_at=utcnow() - START_LEASE - timedelta(seconds=1))
+        )
+        db.session.commit()
+
+    again = client.post_json(REQUESTS, {"period": PERIOD}, headers=bearer(token), status=202)
+
+    assert again.json["id"] == asked.json["id"]
+    runs = statement_runs(app)
+    assert len(runs) == 2 and runs[0][0] != lost and runs[0][1] == "running"
 
 
 def test_a_request_while_the_fleet_sweep_has_the_tenant_in_flight_starts_no_run(
