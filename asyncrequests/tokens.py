@@ -129,8 +129,12 @@ def revoke(identifier: str) -> tuple[str, bool]:
 
     Returns its public id and whether this call revoked it (False: it already was).
     """
+    token_id = public_id(identifier)
+    if token_id is None and identifier.lower().startswith(f"{PREFIX}_"):
+        # A token mistyped or cut short: the refusal must not repeat its secret.
+        raise UnknownToken(f"not a token ({PREFIX}_<12 hex characters>_<secret>) nor a token id")
     # An id as listed (hex, stored in lower case) is the same id in capitals.
-    token_id = public_id(identifier) or identifier.lower()
+    token_id = token_id or identifier.lower()
     with write_transaction(db.session):
         row = db.session.execute(
             select(TenantApiToken).where(TenantApiToken.public_id == token_id)

@@ -89,3 +89,24 @@ def test_revoking_an_unknown_token_is_refused_and_revoking_twice_is_harmless(app
     webtest.TestApp(app).get(
         "/api/v1/async-requests/" + "0" * 36, headers=bearer(token), status=401
     )
+
+
+def test_revoking_by_a_mistyped_token_never_shows_its_secret(app, cli):
+    tenant_id = tenant(app)
+    token = cli.invoke(args=["tenants", "token", "create", str(tenant_id)]).stdout.split()[-1]
+    prefix, token_id, secret = token.split("_", 2)
+    mistyped = (
+        f"{prefix}_{token_id.upper()}_{secret}",  # the id pasted in capitals
+        f"{prefix}_{token_id[:-1]}_{secret}",  # a character of the id lost
+        f"{prefix.upper()}_{token_id}_{secret}",
+    )
+
+    for typed in mistyped:
+        result = cli.invoke(args=["tenants", "token", "revoke", typed])
+
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith("error: ")
+        assert secret not in result.stderr and secret.lower() not in result.stderr
+    webtest.TestApp(app).get(
+        "/api/v1/async-requests/" + "0" * 36, headers=bearer(token), status=404
+    )
