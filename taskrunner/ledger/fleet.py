@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
-from database import iso, utcnow
+from database import iso, lowered, utcnow
 from taskrunner.ledger.records import (
     ACTIVE,
     InvalidCursor,
@@ -289,9 +289,9 @@ class FleetReads:
             .limit(1)
         ).scalar_one_or_none()
         escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        # Both sides lowered by the database: SQLite's lower() leaves letters outside ASCII
-        # as they are, and a needle lowered by Python ("échec") missed the text as shown.
-        pattern = func.lower(literal(f"%{escaped}%"))
+        # Both sides lowered by the database, every letter (SQLite's own lower() leaves
+        # those beyond ASCII as they are: "Échec" typed as shown found nothing).
+        pattern = lowered(self.session, literal(f"%{escaped}%"))
         return (
             select(TaskRunUnit, TaskRun.uuid, TaskRun.type, TaskRun.status)
             .join(TaskRun, TaskRun.id == TaskRunUnit.task_run_id)
@@ -299,7 +299,7 @@ class FleetReads:
                 TaskRunUnit.task_run_id >= (bound or 0),
                 TaskRunUnit.status == UnitStatus.FAILED,
                 not_deleted(TaskRunUnit),
-                func.lower(TaskRunUnit.last_error).like(pattern, escape="\\"),
+                lowered(self.session, TaskRunUnit.last_error).like(pattern, escape="\\"),
             )
         )
 
