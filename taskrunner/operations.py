@@ -256,7 +256,8 @@ def stale_units(
     page = ledger.fleet.stale_units_page(
         limit=limit, cursor=cursor, run_id=run.id if run is not None else None
     )
-    by_run = ledger.fleet.stale_counts_by_run() if page.items else []
+    # Past the last page too: stale units on the pages before are still there to count.
+    by_run = ledger.fleet.stale_counts_by_run() if page.items or cursor else []
     if run is not None:
         by_run = [item for item in by_run if item[0] == run.uuid]
     return StaleUnits(page, by_run)

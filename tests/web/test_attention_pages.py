@@ -213,6 +213,25 @@ def test_more_on_the_stale_units_page_keeps_the_limit(app, viewer_web):
     assert len(viewer_web.get(more["href"]).html.select("table.units tbody tr")) == 1
 
 
+def test_a_later_stale_page_left_empty_still_counts_the_stale_units(app, viewer_web):
+    with app.app_context():
+        running_run(["a", "b", "c"], lost=("a", "b", "c"))
+    more = viewer_web.get("/backoffice/stale-units?limit=2").html.find("a", rel="next")
+    with app.app_context():  # the unit the next page would show settles meanwhile
+        db.session.execute(
+            update(TaskRunUnit).where(TaskRunUnit.unit_key == "c").values(status="completed")
+        )
+        db.session.commit()
+
+    page = viewer_web.get(more["href"])
+
+    assert not page.html.select("table.units tbody tr")
+    assert page.html.select_one("h1 .count").get_text() == "2"
+    empty = page.html.select_one("p.empty")
+    assert "Nothing is stale" not in empty.get_text()
+    assert viewer_web.get(empty.a["href"]).html.select_one("h1 .count").get_text() == "2"
+
+
 def test_the_overview_strip_draws_units_per_minute_and_per_hour_as_svg(app, viewer_web):
     with app.app_context():
         finished_run("diagnostics.probe", KEYS, {"k1": "probe unit 1 failed"})
