@@ -151,6 +151,10 @@ def _parse(value: Any) -> datetime | None:
 
 def waiting_count(name: str) -> int | None:
     """Huey's own count of the jobs waiting in a queue; None when it cannot be read."""
+    if name not in QUEUE_NAMES:
+        # A type routed to a queue that does not exist (a typo): nothing can be enqueued
+        # there, and asking the backend would read as the backend being down.
+        return 0
     try:
         return int(queue_instances().huey(name).pending_count())
     except Exception:

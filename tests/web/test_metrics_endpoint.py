@@ -9,6 +9,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from blueprints.metrics import exposition
+from extensions import db
+from taskrunner.contract import TaskUnit
+from taskrunner.ledger import ledger
 from tests.web.backoffice_support import browser, finished_run, sign_in
 
 TOKEN = "scrape-token-3f9c0a1b"
@@ -199,3 +202,23 @@ def test_two_web_hosts_answer_a_scrape_alike(make_app, controlled):
     # The queues' oldest pending ages are read off each host's clock: none waits here.
     assert bodies[0] == bodies[1]
     assert f'taskledger_units{{status="failed",type="{controlled.type()}"}} 1.0' in bodies[1]
+
+
+def test_a_type_routed_to_no_queue_does_not_say_the_queue_backend_is_down(make_app, caplog):
+    """A typo in a route ("io" written "i0") leaves that type's units pending on a queue no
+    backend holds: its jobs waiting there are none, and the backend that answered for every
+    real queue is up (its critical alert says Redis is down, and sends no one to the typo)."""
+    app = make_app(METRICS_TOKEN=TOKEN, TASK_RUNNER_TYPE_ROUTES="diagnostics.probe=i0")
+    with app.app_context():
+        ledger.transitions.create_run("diagnostics.probe", {}, "test", [TaskUnit("a")], 10)
+        db.session.remove()
+
+    found = families(app.test_client().get("/metrics", headers=BEARER).get_data(as_text=True))
+
+    def by_queue(name: str) -> dict[str, float]:
+        return {s.labels["queue"]: s.value for s in found[name].samples}
+
+    assert found["taskledger_queue_backend_up"].samples[0].value == 1
+    assert by_queue("taskledger_queue_pending_units")["i0"] == 1
+    assert by_queue("taskledger_queue_waiting_jobs")["i0"] == 0
+    assert not [r for r in caplog.records if "could not be counted" in r.message]
