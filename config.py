@@ -23,6 +23,8 @@ BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY_FILE = "secret_key"
 # A century, as ``--days`` of the prune commands: far beyond it the cut-off is before year 1.
 MAX_RETENTION_DAYS = 36_500
+# A consumer silent for this many of its heartbeats is lost (tasks.presence).
+CONSUMER_LOST_AFTER_BEATS = 3
 
 
 class ConfigError(click.ClickException, ValueError):
@@ -249,6 +251,15 @@ class Config:
         # silent for three beats is shown as lost, and forgotten after the retention.
         self.CONSUMER_HEARTBEAT_SECONDS = _float("CONSUMER_HEARTBEAT_SECONDS", 10, positive=True)
         self.CONSUMER_RETENTION_MINUTES = _int("CONSUMER_RETENTION_MINUTES", 60)
+        lost_after = CONSUMER_LOST_AFTER_BEATS * self.CONSUMER_HEARTBEAT_SECONDS
+        if self.CONSUMER_RETENTION_MINUTES * 60 <= lost_after:
+            # Each beat deletes the rows older than the retention: shorter, a dead consumer
+            # is forgotten before it is shown lost (at 0, live consumers' rows go too).
+            raise ConfigError(
+                f"CONSUMER_RETENTION_MINUTES must be longer than {CONSUMER_LOST_AFTER_BEATS} "
+                f"beats of CONSUMER_HEARTBEAT_SECONDS ({lost_after:g} s), "
+                f"got {self.CONSUMER_RETENTION_MINUTES}"
+            )
         self.ASYNC_REQUESTS_RETENTION_DAYS = _int(
             "ASYNC_REQUESTS_RETENTION_DAYS", 7, maximum=MAX_RETENTION_DAYS
         )

@@ -38,6 +38,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.pool import NullPool
 
+from config import CONSUMER_LOST_AFTER_BEATS
 from database import configure_engine, engine_options, name_connections, utcnow
 from extensions import db
 from tasks import outages
@@ -59,7 +60,7 @@ DONE_SIGNALS = (
 SLOT_BYTES = 256
 # The newest worker deaths a consumer's row keeps (its count keeps them all).
 KEPT_DEATHS = 20
-LOST_AFTER_BEATS = 3
+LOST_AFTER_BEATS = CONSUMER_LOST_AFTER_BEATS
 # A beat is one upsert; forgetting long-lost consumers is done at most once a minute.
 FORGET_EVERY = timedelta(minutes=1)
 

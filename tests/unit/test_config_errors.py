@@ -166,6 +166,26 @@ def test_an_alert_list_setting_that_would_turn_alerts_off_unsaid_is_refused(
         Config()
 
 
+@pytest.mark.parametrize(("heartbeat", "retention"), [("10", "0"), ("30", "1"), ("20", "1")])
+def test_a_consumer_retention_that_forgets_consumers_before_they_look_lost_is_refused(
+    monkeypatch, heartbeat, retention
+):
+    # At 0 every beat deleted every other consumer's row, live ones too; below three beats
+    # a dead consumer was forgotten before it was ever shown lost (no consumer_lost alert).
+    monkeypatch.setenv("CONSUMER_HEARTBEAT_SECONDS", heartbeat)
+    monkeypatch.setenv("CONSUMER_RETENTION_MINUTES", retention)
+
+    with pytest.raises(ConfigError, match="^CONSUMER_RETENTION_MINUTES must be longer than"):
+        Config()
+
+
+def test_a_consumer_retention_longer_than_three_beats_is_taken(monkeypatch):
+    monkeypatch.setenv("CONSUMER_HEARTBEAT_SECONDS", "19.5")
+    monkeypatch.setenv("CONSUMER_RETENTION_MINUTES", "1")
+
+    assert Config().CONSUMER_RETENTION_MINUTES == 1
+
+
 def test_a_zero_that_means_off_or_now_is_still_taken(monkeypatch):
     for setting in (
         "TASK_RUNNER_NEVER_STARTED_SECONDS",
