@@ -25,6 +25,9 @@ SECRET_KEY_FILE = "secret_key"
 MAX_RETENTION_DAYS = 36_500
 # A consumer silent for this many of its heartbeats is lost (tasks.presence).
 CONSUMER_LOST_AFTER_BEATS = 3
+# A live stream renews its lease (``live.streams``: due every 10 s, lapsing after 30 s) and
+# sees a client gone or a session ended only at a poll: a longer poll lets its lease lapse.
+LIVE_POLL_MAX_SECONDS = 10
 
 
 class ConfigError(click.ClickException, ValueError):
@@ -273,6 +276,11 @@ class Config:
         # and how often it probes the runs it follows.
         self.LIVE_STREAM_SECONDS = _int("LIVE_STREAM_SECONDS", 60, minimum=1)
         self.LIVE_POLL_SECONDS = _float("LIVE_POLL_SECONDS", 1.0, positive=True)
+        if self.LIVE_POLL_SECONDS > LIVE_POLL_MAX_SECONDS:
+            raise ConfigError(
+                f"LIVE_POLL_SECONDS must be at most {LIVE_POLL_MAX_SECONDS}, "
+                f"got {os.environ['LIVE_POLL_SECONDS'].strip()!r}"
+            )
         # Open streams hold a request thread each: at most this many in one web process
         # (gunicorn.conf.py keeps the rest of its threads for pages), and at most this many
         # of one operator session on every process and host together. More: 429.

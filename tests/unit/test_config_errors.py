@@ -186,6 +186,28 @@ def test_a_consumer_retention_longer_than_three_beats_is_taken(monkeypatch):
     assert Config().CONSUMER_RETENTION_MINUTES == 1
 
 
+@pytest.mark.parametrize("poll", ["10.5", "30", "60"])
+def test_a_live_poll_longer_than_a_streams_lease_allows_is_refused(monkeypatch, poll):
+    # A stream renews its lease only at a poll: polling every 30 s or more, its lease
+    # lapsed while it was open, the next tab's admission deleted it, and one session held
+    # more streams than its cap (and a client gone or a sign-out went unseen that long).
+    monkeypatch.setenv("LIVE_POLL_SECONDS", poll)
+
+    with pytest.raises(ConfigError, match=f"^LIVE_POLL_SECONDS must be at most 10, got '{poll}'"):
+        Config()
+
+
+def test_the_longest_live_poll_still_renews_a_lease_before_it_lapses(monkeypatch):
+    from config import LIVE_POLL_MAX_SECONDS
+    from live import streams
+
+    monkeypatch.setenv("LIVE_POLL_SECONDS", str(LIVE_POLL_MAX_SECONDS))
+
+    assert Config().LIVE_POLL_SECONDS == LIVE_POLL_MAX_SECONDS
+    # Renewed at the first poll at least RENEW_SECONDS after the last renewal.
+    assert streams.RENEW_SECONDS + LIVE_POLL_MAX_SECONDS < streams.LEASE_SECONDS
+
+
 def test_a_zero_that_means_off_or_now_is_still_taken(monkeypatch):
     for setting in (
         "TASK_RUNNER_NEVER_STARTED_SECONDS",
