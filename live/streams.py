@@ -43,6 +43,7 @@ from database import database_outage, take_turns, utcnow, write_transaction
 from extensions import db
 from live.models import LiveStream
 from live.topics import sse
+from processes import process_alive
 
 logger = logging.getLogger(__name__)
 
@@ -202,23 +203,11 @@ def _drop_leases_of_gone_processes() -> None:
         .distinct()
         .where(LiveStream.host == host, LiveStream.pid != os.getpid())
     )
-    gone = [pid for pid in pids if not _alive(pid)]
+    gone = [pid for pid in pids if not process_alive(pid)]
     if gone:
         db.session.execute(
             delete(LiveStream).where(LiveStream.host == host, LiveStream.pid.in_(gone))
         )
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not a process's id: only the lapse may judge it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def open_streams(holder: str | None = None) -> int:

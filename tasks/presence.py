@@ -41,6 +41,7 @@ from sqlalchemy.pool import NullPool
 from config import CONSUMER_LOST_AFTER_BEATS
 from database import configure_engine, engine_options, name_connections, utcnow
 from extensions import db
+from processes import process_alive
 from tasks import outages
 from tasks.huey_internals import ObservedConsumer, mark_reader
 
@@ -148,7 +149,7 @@ class Board:
         with self._memory.get_lock():
             for i in range(self.slots):
                 fields = self._read_slot(i)
-                if fields and not _alive(int(fields[0].split(".")[0])):
+                if fields and not process_alive(int(fields[0].split(".")[0])):
                     deaths.append(
                         {
                             "at": utcnow().isoformat(timespec="seconds") + "Z",
@@ -177,16 +178,6 @@ class Board:
                     }
                 )
         return running
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Presence:

@@ -320,6 +320,7 @@ def test_a_lease_is_dropped_at_once_only_when_its_own_host_finds_its_process_gon
             ("another host", gone.pid, False),  # its pids are not this host's to judge
             (streams.this_host(), os.getppid(), False),  # alive
             (None, gone.pid, False),  # written before leases named their process
+            (streams.this_host(), 0, False),  # no process's id: only the lapse judges it
             (streams.this_host(), gone.pid, True),
         ]:
             held = streams.admit("a session")
