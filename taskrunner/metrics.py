@@ -16,6 +16,8 @@ page, and the periodic slot claims.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -41,6 +43,12 @@ from tasks.presence import ConsumerPresence
 from tasks.routing import QUEUE_NAMES, routes
 
 CONSUMER_STATES = ("live", "lost")
+# How long a scrape waits for the queue backend's counts: with the ledger's reads, well
+# inside Prometheus' scrape timeout (10 s, README), which a backend dropping packets (the
+# connect timeout, 10 s) or never replying (the dead-peer timeout) would otherwise outlast.
+QUEUE_COUNT_SECONDS = 3.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +152,7 @@ def _queues(
         pending = group.status == UnitStatus.PENDING
         if pending and since is not None and group.type not in paused:
             oldest[name] = min(since, oldest.get(name, since))
-    waiting: dict[str, int] = {}
-    for name in counts:
-        count = console.waiting_count(name)
-        if count is None:
-            # Every queue lives in the same backend: one that cannot be read means none
-            # can, and each further try would wait out its own connect timeout.
-            break
-        waiting[name] = count
+    waiting = _waiting_counts(list(counts))
     return [
         QueueFigures(
             name=name,
@@ -165,6 +166,33 @@ def _queues(
         )
         for name, per_status in counts.items()
     ]
+
+
+def _waiting_counts(names: list[str]) -> dict[str, int]:
+    """Each queue's waiting jobs, as the backend counts them; none when it does not answer
+    within ``QUEUE_COUNT_SECONDS`` (a backend down or wedged: ``backend_up`` 0)."""
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    found: dict[str, int] = {}
+
+    def count() -> None:
+        with app.app_context():
+            for name in names:
+                waiting = console.waiting_count(name)
+                if waiting is None:
+                    # Every queue lives in the same backend: one that cannot be read means
+                    # none can, and each further try would wait out its own timeout.
+                    return
+                found[name] = waiting
+
+    # On a thread of its own: a backend that never replies keeps it (until the network
+    # timeouts end it), never the scrape.
+    counting = threading.Thread(target=count, name="metrics-queue-count", daemon=True)
+    counting.start()
+    counting.join(QUEUE_COUNT_SECONDS)
+    if counting.is_alive():
+        logger.warning("The queue backend did not answer within %s s", QUEUE_COUNT_SECONDS)
+        return {}
+    return found
 
 
 def _consumers(now: datetime) -> tuple[dict[str, int], dict[str, int]]:

@@ -9,6 +9,8 @@ moment past their thresholds, a paused type, a type routed to another queue.
 
 from __future__ import annotations
 
+import socket
+import threading
 from datetime import datetime, timedelta
 
 import pytest
@@ -320,6 +322,36 @@ def test_an_unreadable_queue_backend_is_tried_once_and_the_rest_still_reads(
     assert scrape.units[(controlled.type(), "pending")] == 2
     assert [r.message for r in caplog.records].count("Queue default could not be counted") == 1
     assert not [r for r in caplog.records if "tasks could not be counted" in r.message]
+
+
+def test_a_queue_backend_that_never_answers_reads_as_down_within_a_scrape(make_app, controlled):
+    """A backend that takes the connection and never replies (a wedged Redis; a host whose
+    packets are dropped waits out the connect timeout, 10 s) held the scrape past
+    Prometheus' own timeout (10 s, README): the scrape failed, and backend_up 0 was never
+    seen. The bound below is a client's timeout (a scrape that never answers), not a
+    measurement."""
+    wedged = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nothing replies
+    port = wedged.getsockname()[1]
+    app = make_app(
+        QUEUE_DRIVER="redis",
+        REDIS_URL=f"redis://127.0.0.1:{port}/0",
+        NETWORK_DEAD_PEER_SECONDS=3600,
+    )
+    scrapes: list[metrics.Scrape] = []
+
+    def scrape() -> None:
+        with app.app_context():
+            scrapes.append(metrics.read())
+
+    scraping = threading.Thread(target=scrape, daemon=True)
+    try:
+        scraping.start()
+        scraping.join(timeout=30)
+        assert scrapes, "the scrape never answered"
+        assert [queue.waiting for queue in scrapes[0].queues] == [None] * len(scrapes[0].queues)
+    finally:
+        wedged.close()  # a scrape still waiting reads the end of the connection and ends
+        scraping.join(timeout=30)
 
 
 def test_consumers_live_and_lost_as_the_workers_page_says(app, ctx):
