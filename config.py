@@ -270,7 +270,7 @@ class Config:
         self.LLM_BASE_URL = _endpoint_url("LLM_BASE_URL")
         self.LLM_API_KEY = env.get("LLM_API_KEY", "")
         self.LLM_MODEL = env.get("LLM_MODEL", "")
-        self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120)
+        self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120, minimum=1)
         self.BUILDER_STREAM_SECONDS = _int("BUILDER_STREAM_SECONDS", 60, minimum=1)
         # The run pages' live streams: how long one stream lasts (the browser reconnects)
         # and how often it probes the runs it follows.
