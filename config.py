@@ -222,7 +222,9 @@ class Config:
         self.TASK_RUNNER_RATE_WINDOW_SECONDS = _int(
             "TASK_RUNNER_RATE_WINDOW_SECONDS", 60, minimum=1
         )
-        self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int("TASK_RUNNER_STUCK_AFTER_MINUTES", 60)
+        self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int(
+            "TASK_RUNNER_STUCK_AFTER_MINUTES", 60, minimum=1
+        )
         self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30, minimum=1)
         self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
         # Periods of the two sweeps that run every few minutes (taskrunner/periodic.py).

@@ -129,6 +129,8 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("ALERT_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
         # A socket timeout of 0 is a non-blocking socket: every call to the model failed.
         ("LLM_TIMEOUT_SECONDS", "0", "must be at least 1, got '0'"),
+        # A stale threshold of 0 made every unit of every type stale as it was dispatched.
+        ("TASK_RUNNER_STUCK_AFTER_MINUTES", "0", "must be at least 1, got '0'"),
         ("ALERT_RUN_FAILED_MIN_SHARE", "2", "must be a share from 0 to 1, got 2"),
         ("ALERT_WEBHOOK_URL", "https://bot:Pw-1@hooks.example.test/x", "must not carry a user"),
         ("LLM_BASE_URL", "https://llm:Pw-1@llm.example.test/v1", "must not carry a user"),
