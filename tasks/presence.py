@@ -39,7 +39,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.pool import NullPool
 
 from config import CONSUMER_LOST_AFTER_BEATS
-from database import configure_engine, engine_options, name_connections, utcnow
+from database import configure_engine, engine_options, epoch, name_connections, utcnow
 from extensions import db
 from processes import process_alive
 from tasks import outages
@@ -135,7 +135,8 @@ class Board:
     def executing(self, _signal: str, task: Any, *_args: Any) -> None:
         index = self._slot()
         if index is not None:
-            self._write_slot(index, (self._owner(), task.name, task.id, f"{time.time():.3f}"))
+            # The ledger's clock (the database's), as every time the workers page compares.
+            self._write_slot(index, (self._owner(), task.name, task.id, f"{epoch():.3f}"))
 
     def done(self, _signal: str, task: Any, *_args: Any) -> None:
         index = self._slot()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -179,6 +179,21 @@ def test_the_board_holds_what_each_worker_runs_and_frees_a_dead_workers_slot():
     assert len(board.read()) == 1
     board.forget_dead()
     assert board.read() == []
+
+
+def test_a_workers_running_since_is_on_the_ledgers_clock_not_its_hosts(ctx, monkeypatch):
+    """One clock: on a consumer host whose wall clock is a minute behind, the workers page
+    said every task had run a minute longer than it had (``since`` against the ledger's
+    now), and a dead worker's last unit was told from another consumer's by it."""
+    board = Board(2)
+    wall = time.time
+    with monkeypatch.context() as skewed:
+        skewed.setattr(time, "time", lambda: wall() - 60)  # this host's clock, behind
+        board.executing("executing", task("taskrunner.run_unit", "u7." + "a" * 32))
+    [running] = board.read()
+
+    since = datetime.fromisoformat(running["since"].removesuffix("Z"))
+    assert abs(since - utcnow()) < timedelta(seconds=5)
 
 
 def test_a_consumer_row_is_upserted_shown_lost_then_forgotten_and_removed_on_stop(ctx, controlled):
