@@ -15,7 +15,7 @@ from flask import abort, current_app, request
 
 from accounts.permissions import permission_required
 from blueprints.backoffice.blueprint import bp
-from blueprints.backoffice.pages import VIEW, run_or_404
+from blueprints.backoffice.pages import VIEW, listed_running_uuids, run_or_404
 from blueprints.streams import event_stream
 from live.topics import sse
 from taskrunner.contract import RunStatus, live_probes, operations
@@ -49,10 +49,14 @@ def run_stream(run_uuid: str):
 @bp.get("/task-runs/stream")
 @permission_required(VIEW)
 def runs_stream():
-    """The run list's stream: the running runs it shows (``run``, repeated) and new runs."""
+    """The run list's stream: the running runs it shows and new runs. The page names itself
+    by its own query (filters, ``limit``, ``cursor``); ``run`` (repeated uuids) names the
+    runs instead."""
     uuids = request.args.getlist("run")
     if len(uuids) > MAX_FOLLOWED or not all(operations.is_uuid(u) for u in uuids):
         abort(400, description=f"run must be up to {MAX_FOLLOWED} run uuids")
+    if not uuids:
+        uuids = listed_running_uuids()
     run_ids = live_probes.run_ids_of(uuids)
     return event_stream(
         lambda: live_probes.runs_marker(run_ids),

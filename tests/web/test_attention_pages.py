@@ -9,6 +9,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, update
 
+from blueprints.backoffice.live import MAX_FOLLOWED
+from blueprints.problems import SERVER_REQUEST_LINE_LIMIT
 from database import utcnow
 from extensions import db
 from taskrunner import live_probes, runner
@@ -459,9 +461,29 @@ def test_the_run_list_stream_takes_only_run_uuids(viewer_web, failed_uuid):
 def test_the_run_list_streams_only_while_it_shows_runs(app, viewer_web):
     assert not viewer_web.get("/backoffice/task-runs").html.select(".live-bar[data-stream]")
     with app.app_context():
-        run_uuid = running_run(["a"])
+        run_id = ledger.runs.get_run(running_run(["a"])).id
+        db.session.remove()
     bar = viewer_web.get("/backoffice/task-runs").html.select_one(".live-bar")
-    assert bar["data-stream"] == f"/backoffice/task-runs/stream?run={run_uuid}"
+    assert bar["data-stream"] == "/backoffice/task-runs/stream"
+    assert f"{run_id}:running:" in viewer_web.get(bar["data-stream"]).text
+
+
+def test_the_run_lists_stream_opens_at_its_longest_page_of_running_runs(app, viewer_web):
+    """200 running runs on a page (``limit=200``): their uuids in the stream's address
+    made a request line of 8,241 bytes, over gunicorn's 8,190 (and a proxy's 8 KiB), so
+    the page's stream was refused at every try and the list never went live."""
+    with app.app_context():
+        ids = {ledger.runs.get_run(running_run(["a"])).id for _ in range(MAX_FOLLOWED)}
+        db.session.remove()
+    page = viewer_web.get("/backoffice/task-runs?limit=200&status=running")
+    stream = page.html.select_one(".live-bar")["data-stream"]
+
+    assert len(f"GET {stream} HTTP/1.1") <= SERVER_REQUEST_LINE_LIMIT
+    first = viewer_web.get(stream).text.split("event: changed", 1)[1].split("\n\n", 1)[0]
+    followed = {
+        int(part.split(":")[0]) for part in first.split("|", 1)[1].split(";") if ":" in part
+    }
+    assert followed == ids
 
 
 @pytest.mark.parametrize("permission", [VIEW, MANAGE])
