@@ -78,9 +78,7 @@ def _huey_of_driver(app: Flask, queue: str) -> Huey:
     if driver == "redis":
         return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":
-        dsn = app.config.get("QUEUE_POSTGRES_DSN") or libpq_dsn(
-            app.config["SQLALCHEMY_DATABASE_URI"]
-        )
+        dsn = libpq_dsn(app.config["SQLALCHEMY_DATABASE_URI"])  # the ledger's database
         # Two connections a process, whatever its threads or queues (tasks.budget).
         return PostgresHuey(
             name,

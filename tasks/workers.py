@@ -205,12 +205,12 @@ def room_refusal(budget: Sequence[ProcessBudget], postgres_queue: bool) -> str |
     """Why the PostgreSQL server(s) cannot take this plan now, or None when they can (or
     when nothing of it is on PostgreSQL)."""
     config = current_app.config
-    needs: dict[str, int] = {}  # libpq DSN -> connections: the ledger and queue may share one
+    needs: dict[str, int] = {}  # libpq DSN -> connections (the queue is in the ledger's)
     ledger_url = str(config["SQLALCHEMY_DATABASE_URI"])
     if ledger_url.startswith("postgres"):
         needs[libpq_dsn(ledger_url)] = sum(p.count * p.ledger for p in budget)
     if postgres_queue:
-        queue_dsn = libpq_dsn(config.get("QUEUE_POSTGRES_DSN") or ledger_url)
+        queue_dsn = libpq_dsn(ledger_url)
         needs[queue_dsn] = needs.get(queue_dsn, 0) + sum(p.count * p.queue for p in budget)
     connect_args = config["SQLALCHEMY_ENGINE_OPTIONS"].get("connect_args", {})
     for dsn, needed in needs.items():
