@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import signal_group, stop_processes
+from processes import process_alive
 
 CLONE_NEWNET = 0x40000000
 PREFIX = "tlc"
@@ -92,21 +93,11 @@ def sweep_leftovers() -> list[str]:
     for line in listing.splitlines():
         name = line.split()[0] if line.strip() else ""
         match = re.match(rf"^{PREFIX}(\d+)-", name)
-        if not match or _alive(int(match.group(1))):
+        if not match or process_alive(int(match.group(1))):
             continue
         _kill_namespace(name)
         removed.append(name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _kill_namespace(netns: str) -> None:
