@@ -6,7 +6,8 @@ its latency and failures from the run's options, for tests and the demo.
 raise only ``LLMError`` subclasses, whose messages never carry the key, the
 prompt or the endpoint's body, so a step's redacted reason is readable. The HTTP
 driver never follows a redirect (``security.outbound``): a 30x is a refusal with its
-status, and the key never goes to the host a redirect names.
+status, and the key never goes to the host a redirect names. An answer over 1 MiB is not
+read (``security.outbound.read_answer``): a bad response.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from security.outbound import open_without_redirects
+from security.outbound import MAX_ANSWER_BYTES, AnswerTooLarge, open_without_redirects, read_answer
 from taskrunner.contract import register_domain_error
 
 
@@ -127,9 +128,13 @@ class HttpDriver:
         try:
             request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
             with open_without_redirects(request, self.timeout) as response:
-                raw = response.read()
+                raw = read_answer(response)
         except urllib.error.HTTPError as exc:
             raise _http_error(exc) from None
+        except AnswerTooLarge:
+            raise LLMBadResponse(
+                f"language model answered with more than {MAX_ANSWER_BYTES:,} bytes, not read"
+            ) from None
         except TimeoutError:
             raise LLMTimeout(f"language model did not answer within {self.timeout:g} s") from None
         except urllib.error.URLError as exc:

@@ -6,7 +6,8 @@ messages an operator may read: they never carry the URL, the token or the body.
 A 5xx, 408, 429, a timeout or a refused connection is transient (Huey retries);
 any other 4xx is a rejection no retry can fix, and so is a redirect: the client never
 follows one (``security.outbound``), so the token never reaches another host and a
-redirected answer never passes for the provider's.
+redirected answer never passes for the provider's. An answer over 1 MiB is not read
+(``security.outbound.read_answer``): transient, as an answer without a reference is.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from security.outbound import open_without_redirects
+from security.outbound import MAX_ANSWER_BYTES, AnswerTooLarge, open_without_redirects, read_answer
 from security.sanitise import sanitised
 from taskrunner.contract import PermanentError, TaskReportableError
 
@@ -72,9 +73,14 @@ class ProviderClient:
         )
         try:
             with open_without_redirects(request, self.timeout) as response:
-                payload = response.read()
+                payload = read_answer(response)
         except urllib.error.HTTPError as exc:
             raise self._status_error(exc.code, _error_code(exc)) from None
+        except AnswerTooLarge:
+            # Transient as a garbled answer is: a later attempt may meet the provider mended.
+            raise ProviderUnavailable(
+                f"provider answered with more than {MAX_ANSWER_BYTES:,} bytes, not read"
+            ) from None
         except TimeoutError:
             raise ProviderUnavailable(
                 f"provider did not answer within {self.timeout:g} s"

@@ -11,6 +11,11 @@ urllib's timeout bounds each read of the socket, not the exchange: a server that
 a byte at a time held the sender (an alert's channel, the other channels after it, the
 relay's job) for as long as it liked. Here the whole exchange, the caller's read of the
 body included, has the timeout: at its end the socket is shut and ``TimeoutError`` raised.
+
+An answer is read with ``read_answer``: at most ``MAX_ANSWER_BYTES`` (1 MiB, the size of the
+largest request body the app itself takes). A vendor, a proxy or a misconfigured URL that
+answers with gigabytes is ``AnswerTooLarge`` once the bound is passed (or at once, when its
+``Content-Length`` says so), never a worker's memory filled.
 """
 
 from __future__ import annotations
@@ -23,6 +28,35 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
+
+MAX_ANSWER_BYTES = 1 << 20
+
+
+class AnswerTooLarge(http.client.HTTPException):
+    """The answer's body is larger than the client reads (``MAX_ANSWER_BYTES``)."""
+
+
+def read_answer(response: http.client.HTTPResponse, limit: int = MAX_ANSWER_BYTES) -> bytes:
+    """The body of ``response``, at most ``limit`` bytes; ``AnswerTooLarge`` beyond."""
+    declared = response.getheader("Content-Length") or ""
+    if declared.strip().isdigit() and int(declared) > limit:
+        raise AnswerTooLarge(f"an answer of {int(declared)} bytes, over {limit}")
+    # One byte more than the bound tells a body at the bound from a larger one, whatever the
+    # headers claimed (a chunked body, or none, or a Content-Length that lies).
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        part = response.read(limit + 1 - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    if size > limit:
+        raise AnswerTooLarge(f"an answer over {limit} bytes")
+    body = b"".join(parts)
+    if response.length:  # read(amt) returns a body cut short by the server as it is
+        raise http.client.IncompleteRead(body, response.length)
+    return body
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
