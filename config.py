@@ -146,6 +146,10 @@ def _endpoint_url(name: str) -> str:
     if "@" in parts.netloc:
         # urllib takes user:password@ for part of the host, and its error quotes the password.
         raise ConfigError(f"{name} must not carry a user or password (user:password@host)")
+    if raw and (parts.scheme not in ("http", "https") or not parts.hostname):
+        # urllib would also open file:, ftp: and data: URLs: a local file's contents passed
+        # for the provider's answer (a document "forwarded"), and its token went with it.
+        raise ConfigError(f"{name} must be an http or https URL with a host")
     return raw
 
 

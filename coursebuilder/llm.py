@@ -101,10 +101,13 @@ class HttpDriver:
         if not model:
             raise LLMConfigError("LLM_MODEL is not set")
         try:
-            user_info = "@" in urllib.parse.urlsplit(base_url).netloc
+            parts = urllib.parse.urlsplit(base_url)
         except ValueError:
             raise LLMConfigError("LLM_BASE_URL is not a URL") from None
-        if user_info:
+        if parts.scheme not in ("http", "https"):
+            # urllib opens file: and ftp: URLs too: a local file passed for the model's answer.
+            raise LLMConfigError("LLM_BASE_URL must be an http or https URL")
+        if "@" in parts.netloc:
             # urllib takes user:password@ for part of the host; its error quotes the password.
             raise LLMConfigError("LLM_BASE_URL must not carry a user or password")
         self.url = base_url.rstrip("/") + "/chat/completions"

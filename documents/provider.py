@@ -60,6 +60,9 @@ class ProviderClient:
         """Send one document; return the provider's reference for it."""
         if not self.base_url:
             raise ProviderNotConfigured("document provider is not configured")
+        if not self.base_url.lower().startswith(("http://", "https://")):
+            # urllib opens file: and ftp: URLs too: a local file passed for the answer.
+            raise ProviderNotConfigured("document provider URL is not an http or https URL")
         request = urllib.request.Request(
             self.base_url.rstrip("/") + "/documents",
             data=json.dumps({"uuid": document_uuid, "title": title, "body": body}).encode(),

@@ -140,6 +140,14 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("DOCUMENTS_PROVIDER_URL", "https://docs.example.test:abc/", "is not a URL with a"),
         ("DOCUMENTS_PROVIDER_URL", "https://[::1/", "is not a URL with a"),
         ("ALERT_SLACK_WEBHOOK_URL", "https://hooks.example.test:Pw-1/x", "is not a URL with a"),
+        # urllib opens these too: a local file's contents passed for the provider's answer.
+        ("DOCUMENTS_PROVIDER_URL", "file:///srv/provider", "must be an http or https URL"),
+        ("DOCUMENTS_PROVIDER_URL", "ftp://docs.example.test/in", "must be an http or https URL"),
+        ("DOCUMENTS_PROVIDER_URL", "docs.example.test/v1", "must be an http or https URL"),
+        ("LLM_BASE_URL", "file:///srv/llm/v1", "must be an http or https URL"),
+        ("LLM_BASE_URL", "https:///v1", "must be an http or https URL with a host"),
+        ("ALERT_WEBHOOK_URL", "data:text/plain,ok", "must be an http or https URL"),
+        ("ALERT_SLACK_WEBHOOK_URL", "gopher://hooks.example.test/x", "must be an http or"),
     ):
         with monkeypatch.context() as patched:
             patched.setenv(setting, value)
