@@ -41,7 +41,7 @@ from taskrunner.ledger import (
 from taskrunner.models import OperatorAction, TaskRun
 from taskrunner.registry import registry
 from taskrunner.reports import comparison as comparison_json
-from taskrunner.reports import csv_lines
+from taskrunner.reports import csv_lines, json_chunks
 from taskrunner.reports import error_groups as error_groups_json
 from taskrunner.reports import runs_page as runs_json
 from taskrunner.reports import schedule as schedule_json
@@ -74,6 +74,7 @@ __all__ = [
     "UnitDetail",
     "comparison_json",
     "csv_lines",
+    "json_chunks",
     "error_groups_json",
     "is_uuid",
     "runs_json",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -160,6 +161,16 @@ def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
         buffer.truncate()
     if buffer.getvalue():
         yield buffer.getvalue()
+
+
+def json_chunks(uuid: str, reason: str | None, rows: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """``{"uuid", "reason", "units": [...]}`` a unit at a time (streamed, as ``csv_lines``)."""
+    yield json.dumps({"uuid": uuid, "reason": reason})[:-1] + ', "units": ['
+    separator = ""
+    for row in rows:
+        yield separator + json.dumps(row)
+        separator = ", "
+    yield "]}\n"
 
 
 def comparison(c: Comparison) -> dict[str, Any]:

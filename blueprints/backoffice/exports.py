@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Response, jsonify, stream_with_context
+from flask import Response, stream_with_context
 
 from accounts.permissions import permission_required
 from blueprints import params
@@ -33,8 +33,10 @@ def units_csv(run_uuid: str):
 def units_json(run_uuid: str):
     run = run_or_404(run_uuid)
     reason = params.reason()
-    answer = jsonify(
-        {"uuid": run.uuid, "reason": reason, "units": list(operations.export_units(run, reason))}
+    rows = operations.export_units(run, reason)
+    # Streamed as the CSV is, in the same shape ({"uuid", "reason", "units"}).
+    return Response(
+        stream_with_context(operations.json_chunks(run.uuid, reason, rows)),
+        mimetype="application/json",
+        headers={"Content-Disposition": _filename(run.uuid, "json")},
     )
-    answer.headers["Content-Disposition"] = _filename(run.uuid, "json")
-    return answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from urllib.parse import urlencode
 
 import pytest
@@ -228,3 +229,36 @@ def test_the_cli_prints_a_groups_units_and_its_csv(app, big_group, cli):
     assert exported.exit_code == 0
     assert len(list(csv.DictReader(io.StringIO(exported.stdout)))) == 16
     assert refused.exit_code == 2 and "need a RUN_UUID" in refused.stderr
+
+
+def test_a_groups_json_export_is_streamed_page_by_page_in_its_documented_shape(
+    app, big_group, viewer_web, monkeypatch
+):
+    """Like the CSV, the JSON export is written as its pages are read: it was built whole
+    in memory first (a group of a 100,000-unit run held at once by a web worker)."""
+    monkeypatch.setattr(operations, "EXPORT_PAGE", 3)
+    client = app.test_client()
+    for cookie in viewer_web.cookiejar:
+        client.set_cookie(cookie.name, cookie.value)
+
+    answer = client.get(f"/backoffice/task-runs/{big_group}/units.json?{BY_GROUP}", buffered=False)
+    pieces = [piece for piece in answer.response if piece]
+    answer.close()
+
+    assert answer.status_code == 200 and answer.is_streamed and len(pieces) > 6
+    assert answer.mimetype == "application/json"
+    assert answer.headers["Content-Disposition"].endswith(".json")
+    exported = json.loads(b"".join(p if isinstance(p, bytes) else p.encode() for p in pieces))
+    assert set(exported) == {"uuid", "reason", "units"}
+    assert exported["uuid"] == big_group and exported["reason"] == GROUP
+    assert [u["unit_key"] for u in exported["units"]] == [f"s{i}" for i in range(16)]
+    assert exported["units"][15]["tenant_name"] == "=HYPERLINK()"  # JSON is data, no quote
+    assert set(exported["units"][0]) == {
+        "tenant_id",
+        "tenant_name",
+        "unit_key",
+        "attempts",
+        "kind",
+        "reason",
+        "finished",
+    }
