@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 from alerts.content import absolute
 from security.outbound import open_without_redirects
+from security.sanitise import sanitised
+from security.scrub import scrub
 from taskrunner.contract import TaskReportableError
 
 ANSWER_CHARS = 200
@@ -74,6 +76,13 @@ def plain_text(body: Mapping[str, Any], base_url: str) -> str:
     return "\n".join(lines)
 
 
+def _said(answer: bytes) -> str:
+    """The start of a receiver's answer as a terminal, a page or a row may show it: without
+    control characters (an escape sequence steered the operator's terminal) or a credential
+    it may echo."""
+    return scrub(sanitised(answer.decode(errors="replace")))
+
+
 def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
@@ -93,9 +102,9 @@ def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float
         raise ChannelError("its URL carries a user or password (user:password@host)")
     try:
         with open_without_redirects(request, timeout=timeout) as response:
-            return f"{response.status} {response.read(ANSWER_CHARS).decode(errors='replace')}"
+            return f"{response.status} {_said(response.read(ANSWER_CHARS))}"
     except urllib.error.HTTPError as exc:
-        answer = exc.read(ANSWER_CHARS).decode(errors="replace") if exc.fp else ""
+        answer = _said(exc.read(ANSWER_CHARS)) if exc.fp else ""
         raise ChannelError(f"answered {exc.code} {answer}".strip()) from None
     except urllib.error.URLError as exc:
         raise ChannelError(f"unreachable ({type(exc.reason).__name__})") from None

@@ -43,6 +43,7 @@ class HttpReceiver:
         self.delay = 0.0
         self.received: list[Received] = []
         self.refused = 0
+        self.answer: bytes | None = None  # the body it answers with (else "ok" or "down")
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,7 +58,8 @@ class HttpReceiver:
                 self.send_response(receiver.status)
                 self.send_header("Content-Type", "text/plain")
                 self.end_headers()
-                self.wfile.write(b"ok" if receiver.status < 300 else b"receiver down")
+                default = b"ok" if receiver.status < 300 else b"receiver down"
+                self.wfile.write(default if receiver.answer is None else receiver.answer)
 
             def log_message(self, *args: Any) -> None:
                 pass

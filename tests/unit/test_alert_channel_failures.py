@@ -113,3 +113,23 @@ def test_any_failure_of_a_send_is_a_channel_refusal_that_quotes_nothing_of_it(ca
 
     assert str(refused.value) == "could not be sent (RuntimeError)"
     assert WEBHOOK_PASSWORD not in caplog.text
+
+
+@pytest.mark.parametrize("status", [200, 503])
+def test_a_receivers_answer_reaches_the_terminal_and_the_deliveries_without_escapes_or_secrets(
+    make_app, hook, status
+):
+    # What comes back is the receiver's (or whoever answers for its URL): an escape
+    # sequence retitled and cleared the operator's terminal, and a token it echoed was
+    # printed as it came while the stored answer had it scrubbed.
+    hook.status = status
+    hook.answer = b"\x1b]0;owned\x07\x1b[2J\xc2\x9b31m taken token=sk_live_ECHOED_0123456789abcdef"
+    app = make_app(ALERT_WEBHOOK_URL=hook.url)
+
+    tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+
+    said = tested.output
+    assert said.startswith("webhook: ") and said.count("\n") == 1
+    assert "taken token=" in said
+    for unwanted in ("\x1b", "\x07", "\x9b", "sk_live_ECHOED"):
+        assert unwanted not in said
