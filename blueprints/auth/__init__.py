@@ -82,7 +82,9 @@ def login():
         except AccountError as exc:
             flash(str(exc), "error")
         else:
-            # A new session: nothing of the one before (its CSRF secret included) survives.
+            # A new session: nothing of the one before (its CSRF secret included) survives,
+            # nor does its server-side row, which a copy of the old cookie would still open.
+            end_session(session.get(SESSION_SECRET))
             session.clear()
             session[SESSION_SECRET] = open_session(user, current_app.permanent_session_lifetime)
             session.permanent = True

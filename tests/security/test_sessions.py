@@ -171,3 +171,20 @@ def test_csrf_tokens_expire(app, viewer, monkeypatch):
 
     old_form.submit(status=400)
     web.get(RUNS).forms[0].submit(status=302)
+
+
+def test_signing_in_again_from_the_same_browser_ends_the_session_before(app, viewer):
+    web = browser(app)
+    sign_in(web, viewer).follow()
+    before = session_cookie(web)
+    # The sign-in form posted again (a second tab, the back button): the page asked for it
+    # is shown at once to a signed-in browser, so its token is any page's.
+    token = csrf_of(web.get(RUNS))
+    web.post(
+        "/login",
+        {"email": viewer.email, "password": viewer.password, "csrf_token": token},
+        status=302,
+    )
+    web.get(RUNS, status=200)
+
+    replay(app, before).get(RUNS, status=302)
