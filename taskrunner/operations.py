@@ -100,7 +100,7 @@ unit_history = ledger.fleet.unit_history
 failure_streak = ledger.fleet.failure_streak
 stale_by_run = ledger.fleet.stale_counts_by_run
 count_pending_of_type = ledger.fleet.count_pending_of_type
-count_retryable = ledger.actions.count_retryable
+count_retryable, last_action_id = ledger.actions.count_retryable, ledger.actions.last_action_id
 attention = ledger.attention.attention
 throughput = ledger.throughput.read
 # Schedules: every declared one with its slots' states, and the operator actions on them.

@@ -132,11 +132,13 @@ def retry(
     reason: str | None = None,
     unit_keys: list[str] | None = None,
     now: datetime | None = None,
+    after_action: int | None = None,
 ) -> int:
     """Re-dispatch a run's failed, pending and stale units; return how many.
 
     ``reason`` narrows it to one error group (its failed units), ``unit_keys`` to a
     selection of units. ``now``: the moment staleness is judged at (default: the clock).
+    ``after_action``: refused if the run had an operator action newer than this id.
     """
     with recording(f"a retry of run {run_uuid}"):
         dispatch = ledger.actions.reopen_for_retry(
@@ -147,6 +149,7 @@ def retry(
             reason=reason,
             unit_keys=unit_keys,
             now=now,
+            after_action=after_action,
         )
     _dispatch_or_settle(dispatch)
     return dispatch.count

@@ -53,6 +53,7 @@ def retry(run_uuid: str):
     stale_only = request.form.get("stale_only") in ("1", "yes", "on", "true")
     if stale_only and (reason is not None or keys or failed_only):
         abort(400, description="stale units alone: not with a reason, units or failed only")
+    after_action = _after_action()
     back = request.form.get("back_to")
     if back == "errors":
         back = url_for("backoffice.errors", run_uuid=run.uuid)
@@ -83,6 +84,8 @@ def retry(run_uuid: str):
             title = "Retry failed units" if failed_only else "Retry all unfinished units"
             what = "failed units" if failed_only else "failed, pending and stale units"
         fields["back_to"] = request.form.get("back_to", "")
+        # What the confirmation was shown for: sent twice, the second finds a newer action.
+        fields["after_action"] = str(operations.last_action_id(run))
         return render_template(
             "backoffice/confirm.html",
             run=run,
@@ -103,6 +106,7 @@ def retry(run_uuid: str):
             stale_only=stale_only,
             reason=reason,
             unit_keys=keys,
+            after_action=after_action,
         )
     except (Refused, operations.NotRecorded) as exc:  # nothing was written: no dispatch
         flash(f"Nothing retried: {exc}", "error")
@@ -111,6 +115,17 @@ def retry(run_uuid: str):
     else:
         flash(f"Retrying {_plural(count, 'unit')}.", "success")
     return redirect(back)
+
+
+def _after_action() -> int | None:
+    """The run's newest operator action when the confirmation was shown (none: a form
+    posted without one, unguarded as before)."""
+    raw = request.form.get("after_action")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 19):
+        abort(400, description="after_action must be the id of an operator action")
+    return int(raw)
 
 
 def dispatch_failed(exc: Exception) -> None:

@@ -102,12 +102,16 @@ class OperatorActions:
         reason: str | None = None,
         unit_keys: Iterable[str] | None = None,
         now: datetime | None = None,
+        after_action: int | None = None,
     ) -> Dispatch:
         """Give the retryable units a new dispatch token and put the run back to running.
 
         The whole run's unfinished units by default; one error group with ``reason``; a
         selection (or one unit) with ``unit_keys``. ``now``: the moment of the retry
-        (default: the clock), which staleness is judged at.
+        (default: the clock), which staleness is judged at. ``after_action``: the run's
+        newest operator action when the retry was confirmed (``last_action_id``); refused
+        if another came since: a confirmation sent twice would re-dispatch the units the
+        first one just queued.
         """
         token = new_token()
         keys = sorted(set(possible_keys(unit_keys))) if unit_keys is not None else None
@@ -125,6 +129,10 @@ class OperatorActions:
                 )
             if run.status == RunStatus.CANCELLED:
                 raise Refused(f"run {run.uuid} is cancelled")
+            if after_action is not None and self.last_action_id(run) > after_action:
+                raise Refused(
+                    f"run {run.uuid} was retried or cancelled since this retry was confirmed"
+                )
             now = now or utcnow()
             retryable = select(TaskRunUnit.id).where(
                 self._retryable(run, failed_only, stale_only, reason, keys, now)
@@ -157,6 +165,13 @@ class OperatorActions:
                 detail["unit_keys"] = keys[:200]
             self.writes.record_action(run.id, "retry", actor, detail)
         return Dispatch(run.id, run.uuid, run.type, token, count)
+
+    def last_action_id(self, run: TaskRun) -> int:
+        """The id of the run's newest operator action (0: none): what a confirmation saw."""
+        newest = self.session.execute(
+            select(func.max(OperatorAction.id)).where(OperatorAction.task_run_id == run.id)
+        ).scalar_one()
+        return newest or 0
 
     def cancel(self, run_uuid: str, actor: Actor) -> tuple[list[tuple[int, str]], int]:
         """Cancel a running run: its pending and running units are skipped.

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 
+from sqlalchemy import select
+
+from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
+from taskrunner.models import TaskRunUnit
 from tests.support import drain
 from tests.unit.test_cli_refusals import database_refusing_inserts_into
 from tests.web.backoffice_support import ADDRESS, browser, make_user, sign_in
@@ -256,3 +260,53 @@ def test_a_stale_retry_the_queue_refuses_says_the_dispatch_failed(make_app, cont
         with app.app_context():
             run = ledger.runs.get_run(dispatch.run_uuid)
             assert ledger.runs.find_unit(run, "k1")["status"] == "failed"
+
+
+def test_a_retry_confirmation_submitted_twice_dispatches_once(app, controlled):
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 3}, "test").uuid
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+    confirm = web.post(f"/backoffice/task-runs/{run_uuid}/retry", {"csrf_token": token})
+    assert "3 units" in confirm.text
+    form = confirm.forms["confirm"]
+
+    first = form.submit().follow()
+    tokens = dispatch_tokens(app, run_uuid)
+    # A double click, or the confirmation page's form sent again from the browser's history.
+    second = form.submit().follow()
+
+    assert "Retrying 3 units." in first.text
+    assert "Nothing retried:" in second.text and "since" in second.text
+    with app.app_context():
+        run = ledger.runs.get_run(run_uuid)
+        assert [a.action for a in ledger.runs.run_actions(run)] == ["retry"]
+    assert dispatch_tokens(app, run_uuid) == tokens
+
+
+def dispatch_tokens(app, run_uuid: str) -> dict[str, str]:
+    with app.app_context():
+        run = ledger.runs.get_run(run_uuid)
+        rows = db.session.execute(
+            select(TaskRunUnit.unit_key, TaskRunUnit.dispatch_token).where(
+                TaskRunUnit.task_run_id == run.id
+            )
+        )
+        return dict(rows.all())
+
+
+def test_a_retry_confirmation_with_a_malformed_action_id_is_a_400_and_changes_nothing(
+    app, controlled
+):
+    with app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 2}, "test").uuid
+    web = manager_on(app)
+    token = web.get("/backoffice/task-runs").forms[0]["csrf_token"].value
+
+    for bad in ("x", "-1", "1e3", "9" * 40, "\u0661"):
+        web.post(
+            f"/backoffice/task-runs/{run_uuid}/retry",
+            {"csrf_token": token, "confirm": "yes", "after_action": bad},
+            status=400,
+        )
+    assert ledger_unchanged(app, run_uuid, "running")
