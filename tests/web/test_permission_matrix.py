@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import pytest
 from flask import Flask, url_for
-from sqlalchemy import text
+from sqlalchemy import delete, select, text, update
 from werkzeug.routing import Rule
 
+from accounts.models import User, UserPermission
 from accounts.permissions import PERMISSIONS
 from extensions import db
 from tenancy.models import Tenant
@@ -266,3 +267,43 @@ def test_a_method_a_route_does_not_answer_is_405_for_anyone(app, world):
                 wrong.append(f"{verb} {call.url}: {response.status_int}")
     assert wrong == []
     assert state(app) == before
+
+
+def take_away(app, email: str, permission: str) -> None:
+    with app.app_context():
+        user = db.session.execute(select(User).filter_by(email=email)).scalar_one()
+        db.session.execute(
+            delete(UserPermission).where(
+                UserPermission.user_id == user.id, UserPermission.name == permission
+            )
+        )
+        db.session.commit()
+        db.session.remove()
+
+
+def test_a_permission_taken_away_refuses_the_very_next_request(app, world):
+    with app.app_context():
+        viewer = make_user("viewer@example.com", TASKS_VIEW)
+    web = browser(app)
+    sign_in(web, viewer)
+    web.get(f"/backoffice/task-runs/{world['run']}", status=200)
+
+    take_away(app, viewer.email, TASKS_VIEW)
+
+    web.get(f"/backoffice/task-runs/{world['run']}", status=403)
+    web.get(f"/api/v1/backoffice/task-runs/{world['run']}", status=403)
+
+
+def test_a_disabled_operator_is_signed_out_of_every_page_and_the_api(app, world):
+    with app.app_context():
+        viewer = make_user("viewer@example.com", TASKS_VIEW)
+    web = browser(app)
+    sign_in(web, viewer)
+    with app.app_context():
+        db.session.execute(update(User).filter_by(email=viewer.email).values(active=False))
+        db.session.commit()
+
+    assert web.get("/backoffice/task-runs", status=302).location.startswith("/login")
+    web.get("/api/v1/backoffice/task-runs", status=401)
+    again = browser(app)
+    assert "wrong email or password" in sign_in(again, viewer).text
