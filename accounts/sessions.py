@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from sqlalchemy import delete, select
 
-from accounts.models import OperatorSession, User
+from accounts.models import OperatorSession, User, UserPermission
 from database import utcnow, write_transaction
 from extensions import db
 
@@ -73,24 +73,32 @@ def digest(secret: str) -> str:
     return _digest(secret)
 
 
-def is_live(user_id: int, secret: str | None) -> bool:
-    """Whether this session still signs its user in: a live stream asks at every poll.
+def is_live(user_id: int, secret: str | None, permission: str | None = None) -> bool:
+    """Whether this session still signs its user in, with ``permission`` if one is named:
+    a live stream asks at every poll, so a permission taken away ends it as a sign-out does.
 
     It holds no transaction afterwards (the stream sleeps between polls).
     """
     if not secret or not isinstance(secret, str):
         return False
+    query = (
+        select(OperatorSession.id)
+        .join(User, User.id == OperatorSession.user_id)
+        .where(
+            OperatorSession.secret_hash == _digest(secret),
+            OperatorSession.expires_at > utcnow(),
+            User.id == user_id,
+            User.active.is_(True),
+        )
+    )
+    if permission is not None:
+        query = query.where(
+            select(UserPermission.id)
+            .where(UserPermission.user_id == User.id, UserPermission.name == permission)
+            .exists()
+        )
     try:
-        found = db.session.execute(
-            select(OperatorSession.id)
-            .join(User, User.id == OperatorSession.user_id)
-            .where(
-                OperatorSession.secret_hash == _digest(secret),
-                OperatorSession.expires_at > utcnow(),
-                User.id == user_id,
-                User.active.is_(True),
-            )
-        ).first()
+        found = db.session.execute(query).first()
     finally:
         db.session.rollback()
     return found is not None

@@ -1,12 +1,12 @@
 """A page's live stream: admitted within the caps or refused with 429, then followed
-(``live.streams``) for as long as the operator's session lives."""
+(``live.streams``) for as long as the operator's session lives and keeps the page's permission."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
 
-from flask import Response, current_app, session, stream_with_context
+from flask import Response, current_app, request, session, stream_with_context
 from flask_login import current_user
 
 from accounts import sessions
@@ -34,7 +34,10 @@ def event_stream(
             mimetype="text/plain",
             headers={"Retry-After": str(busy.retry_after)},
         )
-    alive = partial(sessions.is_live, current_user.id, secret)
+    # The permission the page's view checked: taken away, the stream ends at its next poll.
+    view = current_app.view_functions.get(request.endpoint or "")
+    needed = getattr(view, "required_permission", None)
+    alive = partial(sessions.is_live, current_user.id, secret, needed)
     poll = float(current_app.config["LIVE_POLL_SECONDS"])
     body = streams.follow(stream, probe, changes, alive, seconds, poll)
     response = Response(stream_with_context(body), mimetype="text/event-stream", headers=HEADERS)

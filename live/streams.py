@@ -15,7 +15,8 @@ and sooner when a process of the same host finds the one that held them gone.
 
 A stream over either cap is refused (429 with ``Retry-After``) before it takes anything.
 An admitted stream polls: at every poll it asks whether its session still lives (a
-sign-out, an expiry or a password change ends it with ``ended``), probes what its page
+sign-out, an expiry, a password change or the page's permission taken away ends it with
+``ended``), probes what its page
 shows, and writes an event when the answer moved or a keep-alive comment when it did not.
 A client that left is found at the next write or the one after, so its thread, slot and
 lease are back within a poll or two. At its time limit, or as soon as its process is

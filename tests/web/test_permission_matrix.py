@@ -19,6 +19,8 @@ from werkzeug.routing import Rule
 from accounts.models import User, UserPermission
 from accounts.permissions import PERMISSIONS
 from extensions import db
+from taskrunner.contract import TaskUnit
+from taskrunner.ledger import ledger
 from tenancy.models import Tenant
 from tests.web.backoffice_support import browser, finished_run, make_user, sign_in
 from tests.web.test_builder_pages import start_run
@@ -307,3 +309,31 @@ def test_a_disabled_operator_is_signed_out_of_every_page_and_the_api(app, world)
     web.get("/api/v1/backoffice/task-runs", status=401)
     again = browser(app)
     assert "wrong email or password" in sign_in(again, viewer).text
+
+
+def test_a_live_stream_ends_when_its_permission_is_taken_away(make_app):
+    # A stream far longer than its polls: only the check at each poll ends this one early.
+    app = make_app(LIVE_STREAM_SECONDS=20)
+    with app.app_context():
+        viewer = make_user("viewer@example.com", TASKS_VIEW)
+        # A run that stays running (nothing consumes its unit): its stream goes on.
+        running = ledger.transitions.create_run(
+            "diagnostics.probe", {}, "test", [TaskUnit("a")], 100
+        ).run_uuid
+        db.session.remove()
+    web = browser(app)
+    sign_in(web, viewer)
+    client = app.test_client()
+    client.set_cookie("session", web.cookies["session"], domain="localhost")
+    response = client.get(f"/backoffice/task-runs/{running}/stream", buffered=False)
+    assert response.status_code == 200
+    chunks = response.response
+    seen = ""
+    while "event: changed" not in seen:
+        seen += next(chunks).decode()
+
+    take_away(app, viewer.email, TASKS_VIEW)
+
+    rest = "".join(chunk.decode() for chunk in chunks)
+    response.close()
+    assert rest.rstrip().endswith('event: ended\ndata: {"reason": "session"}')
