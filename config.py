@@ -46,6 +46,10 @@ class ConfigError(click.ClickException, ValueError):
 # A century too: a session's end (sign-in's now + lifetime) past year 9999 fails every
 # sign-in, and a lifetime beyond timedelta's range fails the start with a traceback.
 MAX_SESSION_LIFETIME_HOURS = 24 * MAX_RETENTION_DAYS
+# A century again for the consumers' periods: a consumer forgotten, or one silent for three
+# beats, is found by a cut-off (now - the period) that must fall after year 1.
+MAX_CONSUMER_RETENTION_MINUTES = 24 * 60 * MAX_RETENTION_DAYS
+MAX_CONSUMER_HEARTBEAT_SECONDS = 24 * 3600 * MAX_RETENTION_DAYS
 
 
 def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
@@ -258,8 +262,12 @@ class Config:
         self.TASK_RUNNER_UNIT_COMMIT = env.get("TASK_RUNNER_UNIT_COMMIT", "fast")
         # Consumers register themselves and heartbeat every CONSUMER_HEARTBEAT_SECONDS; one
         # silent for three beats is shown as lost, and forgotten after the retention.
-        self.CONSUMER_HEARTBEAT_SECONDS = _float("CONSUMER_HEARTBEAT_SECONDS", 10, positive=True)
-        self.CONSUMER_RETENTION_MINUTES = _int("CONSUMER_RETENTION_MINUTES", 60)
+        self.CONSUMER_HEARTBEAT_SECONDS = _float(
+            "CONSUMER_HEARTBEAT_SECONDS", 10, positive=True, maximum=MAX_CONSUMER_HEARTBEAT_SECONDS
+        )
+        self.CONSUMER_RETENTION_MINUTES = _int(
+            "CONSUMER_RETENTION_MINUTES", 60, maximum=MAX_CONSUMER_RETENTION_MINUTES
+        )
         lost_after = CONSUMER_LOST_AFTER_BEATS * self.CONSUMER_HEARTBEAT_SECONDS
         if self.CONSUMER_RETENTION_MINUTES * 60 <= lost_after:
             # Each beat deletes the rows older than the retention: shorter, a dead consumer

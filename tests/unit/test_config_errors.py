@@ -10,8 +10,15 @@ import sys
 
 import pytest
 
-from config import Config, ConfigError
+from config import (
+    MAX_CONSUMER_HEARTBEAT_SECONDS,
+    MAX_CONSUMER_RETENTION_MINUTES,
+    Config,
+    ConfigError,
+)
 from harness import ROOT
+from taskrunner import console
+from tasks.presence import Board, Presence
 
 
 def run(args: list[str], tmp_path, **settings: str) -> subprocess.CompletedProcess:
@@ -103,6 +110,35 @@ def test_the_web_and_consumer_entry_modules_refuse_a_bad_setting_on_one_line(tmp
     assert_one_error_line(done, "ALERT_STALE_UNITS must be a whole number, got 'abc'")
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("CONSUMER_RETENTION_MINUTES", "100000000000000"), ("CONSUMER_HEARTBEAT_SECONDS", "1e300")],
+)
+def test_a_consumer_refuses_a_period_beyond_a_century_on_one_line(tmp_path, setting, value):
+    from tasks.workers import consumer_command
+
+    done = run(consumer_command("tasks", workers=1)[1:], tmp_path, **{setting: value})
+
+    assert_one_error_line(done, f"{setting} must be at most")
+
+
+def test_the_consumers_longest_periods_are_taken_and_a_consumer_beats_with_them(
+    make_app, monkeypatch
+):
+    monkeypatch.setenv("CONSUMER_RETENTION_MINUTES", str(MAX_CONSUMER_RETENTION_MINUTES))
+    monkeypatch.setenv("CONSUMER_HEARTBEAT_SECONDS", str(MAX_CONSUMER_HEARTBEAT_SECONDS))
+    config = Config()
+    app = make_app(
+        CONSUMER_RETENTION_MINUTES=config.CONSUMER_RETENTION_MINUTES,
+        CONSUMER_HEARTBEAT_SECONDS=config.CONSUMER_HEARTBEAT_SECONDS,
+    )
+    with app.app_context():
+        presence = Presence(app, ["tasks"], "thread", 1, Board(2))
+        presence.beat()
+        assert [c["state"] for c in console.consumers()["consumers"]] == ["live"]
+        presence.stop()
+
+
 def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
     for setting, value, expected in (
         ("TASK_RUNNER_RETENTION_DAYS", "1e3", "must be a whole number, got '1e3'"),
@@ -121,6 +157,11 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         # A period at zero spins its loop, and makes every unit and consumer look lost.
         ("TASK_RUNNER_HEARTBEAT_SECONDS", "0", "must be at least 1, got '0'"),
         ("CONSUMER_HEARTBEAT_SECONDS", "0", "must be more than 0, got '0'"),
+        # A consumer's presence failed to start on them (a timedelta out of range), or never
+        # registered (a cut-off before year 1): no consumer shown, every beat an error.
+        ("CONSUMER_RETENTION_MINUTES", "100000000000000", "must be at most 52560000, got"),
+        ("CONSUMER_RETENTION_MINUTES", "1100000000", "must be at most 52560000, got"),
+        ("CONSUMER_HEARTBEAT_SECONDS", "1e300", "must be at most 3.1536e\\+09, got '1e300'"),
         ("LIVE_POLL_SECONDS", "0.0", "must be more than 0, got '0.0'"),
         ("TASK_RUNNER_EVENT_RETRY_SECONDS", "0", "must be more than 0, got '0'"),
         ("TASK_RUNNER_RETRY_HORIZON_HOURS", "0", "must be more than 0, got '0'"),
