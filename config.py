@@ -46,10 +46,12 @@ class ConfigError(click.ClickException, ValueError):
 # A century too: a session's end (sign-in's now + lifetime) past year 9999 fails every
 # sign-in, and a lifetime beyond timedelta's range fails the start with a traceback.
 MAX_SESSION_LIFETIME_HOURS = 24 * MAX_RETENTION_DAYS
-# A century again for the consumers' periods: a consumer forgotten, or one silent for three
-# beats, is found by a cut-off (now - the period) that must fall after year 1.
-MAX_CONSUMER_RETENTION_MINUTES = 24 * 60 * MAX_RETENTION_DAYS
-MAX_CONSUMER_HEARTBEAT_SECONDS = 24 * 3600 * MAX_RETENTION_DAYS
+# A century again for the runner's and the consumers' periods: a consumer forgotten, a
+# unit or a consumer silent for three beats, a unit stuck or never started, is found by a
+# cut-off (now - the period) that must fall after year 1.
+MAX_PERIOD_MINUTES = 24 * 60 * MAX_RETENTION_DAYS
+MAX_PERIOD_SECONDS = 24 * 3600 * MAX_RETENTION_DAYS
+MAX_PERIOD_HOURS = 24 * MAX_RETENTION_DAYS
 
 
 def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
@@ -224,17 +226,21 @@ class Config:
         if env.get("SECRET_KEY"):
             self.SECRET_KEY = env["SECRET_KEY"]
         self.TASK_RUNNER_RETRY_HORIZON_HOURS = _float(
-            "TASK_RUNNER_RETRY_HORIZON_HOURS", 6, positive=True
+            "TASK_RUNNER_RETRY_HORIZON_HOURS", 6, positive=True, maximum=MAX_PERIOD_HOURS
         )
         # The throttle's fixed window: rate_per_minute units per window (60 s in production).
         self.TASK_RUNNER_RATE_WINDOW_SECONDS = _int(
             "TASK_RUNNER_RATE_WINDOW_SECONDS", 60, minimum=1
         )
         self.TASK_RUNNER_STUCK_AFTER_MINUTES = _int(
-            "TASK_RUNNER_STUCK_AFTER_MINUTES", 60, minimum=1
+            "TASK_RUNNER_STUCK_AFTER_MINUTES", 60, minimum=1, maximum=MAX_PERIOD_MINUTES
         )
-        self.TASK_RUNNER_HEARTBEAT_SECONDS = _int("TASK_RUNNER_HEARTBEAT_SECONDS", 30, minimum=1)
-        self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int("TASK_RUNNER_NEVER_STARTED_SECONDS", 0)
+        self.TASK_RUNNER_HEARTBEAT_SECONDS = _int(
+            "TASK_RUNNER_HEARTBEAT_SECONDS", 30, minimum=1, maximum=MAX_PERIOD_SECONDS
+        )
+        self.TASK_RUNNER_NEVER_STARTED_SECONDS = _int(
+            "TASK_RUNNER_NEVER_STARTED_SECONDS", 0, maximum=MAX_PERIOD_SECONDS
+        )
         # Periods of the two sweeps that run every few minutes (taskrunner/periodic.py).
         self.TASK_RUNNER_RELAY_SECONDS = _int("TASK_RUNNER_RELAY_SECONDS", 60, minimum=1)
         self.TASK_RUNNER_SWEEP_SECONDS = _int("TASK_RUNNER_SWEEP_SECONDS", 300, minimum=1)
@@ -263,10 +269,10 @@ class Config:
         # Consumers register themselves and heartbeat every CONSUMER_HEARTBEAT_SECONDS; one
         # silent for three beats is shown as lost, and forgotten after the retention.
         self.CONSUMER_HEARTBEAT_SECONDS = _float(
-            "CONSUMER_HEARTBEAT_SECONDS", 10, positive=True, maximum=MAX_CONSUMER_HEARTBEAT_SECONDS
+            "CONSUMER_HEARTBEAT_SECONDS", 10, positive=True, maximum=MAX_PERIOD_SECONDS
         )
         self.CONSUMER_RETENTION_MINUTES = _int(
-            "CONSUMER_RETENTION_MINUTES", 60, maximum=MAX_CONSUMER_RETENTION_MINUTES
+            "CONSUMER_RETENTION_MINUTES", 60, maximum=MAX_PERIOD_MINUTES
         )
         lost_after = CONSUMER_LOST_AFTER_BEATS * self.CONSUMER_HEARTBEAT_SECONDS
         if self.CONSUMER_RETENTION_MINUTES * 60 <= lost_after:

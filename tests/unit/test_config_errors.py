@@ -11,13 +11,14 @@ import sys
 import pytest
 
 from config import (
-    MAX_CONSUMER_HEARTBEAT_SECONDS,
-    MAX_CONSUMER_RETENTION_MINUTES,
+    MAX_PERIOD_HOURS,
+    MAX_PERIOD_MINUTES,
+    MAX_PERIOD_SECONDS,
     Config,
     ConfigError,
 )
 from harness import ROOT
-from taskrunner import console
+from taskrunner import console, runner
 from tasks.presence import Board, Presence
 
 
@@ -125,8 +126,8 @@ def test_a_consumer_refuses_a_period_beyond_a_century_on_one_line(tmp_path, sett
 def test_the_consumers_longest_periods_are_taken_and_a_consumer_beats_with_them(
     make_app, monkeypatch
 ):
-    monkeypatch.setenv("CONSUMER_RETENTION_MINUTES", str(MAX_CONSUMER_RETENTION_MINUTES))
-    monkeypatch.setenv("CONSUMER_HEARTBEAT_SECONDS", str(MAX_CONSUMER_HEARTBEAT_SECONDS))
+    monkeypatch.setenv("CONSUMER_RETENTION_MINUTES", str(MAX_PERIOD_MINUTES))
+    monkeypatch.setenv("CONSUMER_HEARTBEAT_SECONDS", str(MAX_PERIOD_SECONDS))
     config = Config()
     app = make_app(
         CONSUMER_RETENTION_MINUTES=config.CONSUMER_RETENTION_MINUTES,
@@ -137,6 +138,33 @@ def test_the_consumers_longest_periods_are_taken_and_a_consumer_beats_with_them(
         presence.beat()
         assert [c["state"] for c in console.consumers()["consumers"]] == ["live"]
         presence.stop()
+
+
+def test_the_runners_longest_periods_are_taken_and_its_sweeps_run_with_them(
+    make_app, monkeypatch, controlled
+):
+    for setting, longest in (
+        ("TASK_RUNNER_STUCK_AFTER_MINUTES", MAX_PERIOD_MINUTES),
+        ("TASK_RUNNER_HEARTBEAT_SECONDS", MAX_PERIOD_SECONDS),
+        ("TASK_RUNNER_NEVER_STARTED_SECONDS", MAX_PERIOD_SECONDS),
+        ("TASK_RUNNER_RETRY_HORIZON_HOURS", MAX_PERIOD_HOURS),
+    ):
+        monkeypatch.setenv(setting, str(longest))
+    config = Config()
+    app = make_app(
+        **{name: getattr(config, name) for name in dir(config) if name.startswith("TASK_RUNNER_")}
+    )
+    with app.app_context():
+        handle = runner.start(controlled.type(), {"units": 2}, "test")
+        cli = app.test_cli_runner()
+        for args in (
+            ["tasks", "detect-stuck"],
+            ["tasks", "status"],
+            ["tasks", "status", handle.uuid],
+        ):
+            done = cli.invoke(args=args)
+            assert done.exit_code == 0, done.output
+        assert runner.retry(handle.uuid) == 2
 
 
 def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
@@ -162,6 +190,11 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("CONSUMER_RETENTION_MINUTES", "100000000000000", "must be at most 52560000, got"),
         ("CONSUMER_RETENTION_MINUTES", "1100000000", "must be at most 52560000, got"),
         ("CONSUMER_HEARTBEAT_SECONDS", "1e300", "must be at most 3.1536e\\+09, got '1e300'"),
+        # The stuck sweep, tasks status and the stale pages failed on each (OverflowError).
+        ("TASK_RUNNER_STUCK_AFTER_MINUTES", "100000000000000", "must be at most 52560000"),
+        ("TASK_RUNNER_HEARTBEAT_SECONDS", "100000000000000", "must be at most 3153600000"),
+        ("TASK_RUNNER_NEVER_STARTED_SECONDS", "1" + "0" * 16, "must be at most 3153600000"),
+        ("TASK_RUNNER_RETRY_HORIZON_HOURS", "1e300", "must be at most 876000, got '1e300'"),
         ("LIVE_POLL_SECONDS", "0.0", "must be more than 0, got '0.0'"),
         ("TASK_RUNNER_EVENT_RETRY_SECONDS", "0", "must be more than 0, got '0'"),
         ("TASK_RUNNER_RETRY_HORIZON_HOURS", "0", "must be more than 0, got '0'"),
