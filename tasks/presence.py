@@ -203,7 +203,12 @@ class Presence:
         self.board = board
         self.hueys = list(hueys)
         self.interval = float(app.config["CONSUMER_HEARTBEAT_SECONDS"])
-        self.retention = timedelta(minutes=app.config["CONSUMER_RETENTION_MINUTES"])
+        # A live consumer's row is never forgotten: a retention shorter than the lost window
+        # (three beats) forgets a row once it is lost.
+        self.retention = max(
+            timedelta(minutes=app.config["CONSUMER_RETENTION_MINUTES"]),
+            timedelta(seconds=LOST_AFTER_BEATS * self.interval),
+        )
         # Thread (or greenlet) workers share their process's bounded pool: the heartbeat
         # takes its turn in it rather than holding one connection more (tasks.budget).
         self.owns_engine = worker_type == "process"

@@ -284,3 +284,39 @@ def test_a_paused_types_waiting_units_are_not_reported_never_started(ctx, contro
     assert ledger.fleet.stale_units_page(now=later).items == []
     assert ledger.sweeps.mark_stuck(now=later) == 0
     assert ledger.runs.count_events("tasks.unit.stuck") == 0
+
+
+def test_a_retention_shorter_than_the_lost_window_never_forgets_a_live_consumer(make_app):
+    # Retention 0 (or a minute, with a long beat): forgotten as soon as lost, not while live.
+    app = make_app(CONSUMER_RETENTION_MINUTES=0, CONSUMER_HEARTBEAT_SECONDS=60)
+    with app.app_context():
+        live = Presence(app, ["tasks"], "process", 2, Board(4))
+        live.beat()
+        # Its last beat was a little while ago, well within three beats: it is live.
+        db.session.execute(
+            update(ConsumerPresence).values(heartbeat_at=utcnow() - timedelta(seconds=90))
+        )
+        db.session.commit()
+        other = Presence(app, ["builder"], "thread", 1, Board(2))
+        other.beat()
+
+        db.session.rollback()
+        shown = {tuple(c["queues"]): c["state"] for c in console.consumers()["consumers"]}
+        assert shown == {("tasks",): "live", ("builder",): "live"}
+
+        # Lost (three beats silent): the next beat of any consumer forgets it.
+        db.session.execute(
+            update(ConsumerPresence)
+            .where(ConsumerPresence.id == live.id)
+            .values(heartbeat_at=utcnow() - timedelta(seconds=181))
+        )
+        db.session.commit()
+        last = Presence(app, ["io"], "thread", 1, Board(2))
+        last.beat()
+        db.session.rollback()
+        assert {tuple(c["queues"]) for c in console.consumers()["consumers"]} == {
+            ("builder",),
+            ("io",),
+        }
+        for presence in (live, other, last):
+            presence.stop()
