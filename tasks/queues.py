@@ -26,6 +26,7 @@ from huey import Huey, PostgresHuey, RedisHuey, SqliteHuey
 from huey.signals import SIGNAL_EXPIRED, SIGNAL_INTERRUPTED
 from redis import ConnectionPool
 
+from config import ConfigError
 from database import postgres_connect_args
 from security.files import private_file
 from tasks import presence
@@ -41,7 +42,14 @@ from tasks.huey_internals import (
     watch_stop_signal,
 )
 from tasks.interrupts import consumer_stop, raise_if_stopping
-from tasks.routing import PERIODIC_QUEUE, QUEUE_NAMES, PeriodicSpec, routes
+from tasks.routing import (
+    PERIODIC_QUEUE,
+    QUEUE_NAMES,
+    PeriodicSpec,
+    RouteError,
+    read_type_routes,
+    routes,
+)
 from tasks.schedules import DueSlots, tick_seconds
 from tasks.slots import keeper, worker_identity
 
@@ -319,4 +327,10 @@ def queues() -> Queues:
 
 
 def init_app(app: Flask) -> None:
+    try:
+        read_type_routes(app.config.get("TASK_RUNNER_TYPE_ROUTES") or "")
+    except RouteError as exc:
+        # Found only when a run is dispatched, every run of the type would be written and
+        # failed ("dispatch failed: unknown queue"): refused where the app is built.
+        raise ConfigError(f"TASK_RUNNER_TYPE_ROUTES: {exc}") from None
     app.extensions["queues"] = Queues(app)

@@ -66,14 +66,33 @@ TYPE_ROUTES: dict[str, str] = {
 }
 
 
+class RouteError(ValueError):
+    """A deployment's route that sends no type to a queue; its message quotes the entry."""
+
+
+def read_type_routes(raw: str) -> dict[str, str]:
+    """``TASK_RUNNER_TYPE_ROUTES`` ("type=queue,..."), each entry checked: a queue no
+    consumer serves would fail every run of its type at dispatch, and an entry without a
+    type or a queue would be ignored unsaid."""
+    routed = {}
+    for entry in raw.split(","):
+        if not entry.strip():
+            continue
+        name, equals, queue = (part.strip() for part in entry.partition("="))
+        if not (name and equals and queue):
+            raise RouteError(f"{entry.strip()!r} is not type=queue")
+        if queue not in QUEUE_NAMES:
+            raise RouteError(
+                f"{entry.strip()!r} names no queue ({', '.join(QUEUE_NAMES[:-1])} or "
+                f"{QUEUE_NAMES[-1]})"
+            )
+        routed[name] = queue
+    return routed
+
+
 def type_routes(config: Mapping[str, Any]) -> dict[str, str]:
     """``TYPE_ROUTES`` with the deployment's own (``TASK_RUNNER_TYPE_ROUTES``) over it."""
-    routed = dict(TYPE_ROUTES)
-    for entry in (config.get("TASK_RUNNER_TYPE_ROUTES") or "").split(","):
-        name, _, queue = entry.partition("=")
-        if name.strip() and queue.strip():
-            routed[name.strip()] = queue.strip()
-    return routed
+    return {**TYPE_ROUTES, **read_type_routes(config.get("TASK_RUNNER_TYPE_ROUTES") or "")}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from config import (
 )
 from harness import ROOT
 from taskrunner import console, runner
+from taskrunner.dispatch import queue_of
 from tasks.presence import Board, Presence
 
 
@@ -65,6 +66,7 @@ def assert_one_error_line(done: subprocess.CompletedProcess, *named: str) -> Non
         ("DATABASE_URL", "notaurl", "is not a database URL"),
         ("DATABASE_URL", "foo://db", "sqlalchemy.dialects:foo"),
         ("TASKLEDGER_EXTRA_MODULES", "nowhere.tasks", "'nowhere.tasks'"),
+        ("TASK_RUNNER_TYPE_ROUTES", "x.sync=nowhere", "'x.sync=nowhere' names no queue"),
     ],
 )
 def test_a_bad_setting_is_one_error_line_naming_it_and_exit_1_in_the_cli(
@@ -292,6 +294,40 @@ def test_the_longest_live_poll_still_renews_a_lease_before_it_lapses(monkeypatch
     assert Config().LIVE_POLL_SECONDS == LIVE_POLL_MAX_SECONDS
     # Renewed at the first poll at least RENEW_SECONDS after the last renewal.
     assert streams.RENEW_SECONDS + LIVE_POLL_MAX_SECONDS < streams.LEASE_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # Every run of the type was written, then failed "dispatch failed: unknown queue".
+        (
+            "diagnostics.probe=nowhere",
+            "'diagnostics.probe=nowhere' names no queue (default, tasks, builder, long-job or io)",
+        ),
+        ("x.sync=IO", "'x.sync=IO' names no queue"),
+        ("x.sync=io=tasks", "'x.sync=io=tasks' names no queue"),
+        # Ignored unsaid: the type stayed on its own queue.
+        ("x.sync", "'x.sync' is not type=queue"),
+        ("x.sync=io, =tasks", "'=tasks' is not type=queue"),
+    ],
+)
+def test_a_type_route_to_no_queue_is_refused_when_the_app_is_built(make_app, value, expected):
+    with pytest.raises(ConfigError, match=f"^TASK_RUNNER_TYPE_ROUTES: {re.escape(expected)}"):
+        make_app(TASK_RUNNER_TYPE_ROUTES=value)
+
+
+@pytest.mark.parametrize("entry", ["wsgi", "tasks.consumer"])
+def test_the_web_and_consumers_refuse_a_type_route_to_no_queue_on_one_line(tmp_path, entry):
+    done = run(["-c", f"import {entry}"], tmp_path, TASK_RUNNER_TYPE_ROUTES="x.sync=nowhere")
+
+    assert_one_error_line(done, "TASK_RUNNER_TYPE_ROUTES: 'x.sync=nowhere' names no queue")
+
+
+def test_a_type_route_with_spaces_and_an_empty_entry_is_taken(make_app):
+    app = make_app(TASK_RUNNER_TYPE_ROUTES=" diagnostics.probe = long-job , ,")
+
+    with app.app_context():
+        assert queue_of("diagnostics.probe") == "long-job"
 
 
 def test_a_zero_that_means_off_or_now_is_still_taken(monkeypatch):
