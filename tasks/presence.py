@@ -220,31 +220,31 @@ class Presence:
         self.deaths: list[dict[str, Any]] = []
 
     def start(self) -> None:
-        try:
-            self.beat()
-        except Exception:
-            # The queue still runs when the database is briefly unreachable at start;
-            # the thread is not started, so this consumer is simply not shown.
-            logger.exception("Consumer %s could not register", self.id)
-            return
-        self._thread = threading.Thread(target=self._run, name="consumer-presence", daemon=True)
+        # A consumer started while the database is briefly unreachable still serves its
+        # queue, and registers at a later beat: its first is one failed attempt of many.
+        pause = self._beat_once(self.interval)
+        self._thread = threading.Thread(
+            target=self._run, args=(pause,), name="consumer-presence", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
-        pause = self.interval
+    def _run(self, pause: float) -> None:
         while not self._stop.wait(pause):
-            pause = self.interval
-            try:
-                self.beat()
-            except Exception as exc:
-                outage = outages.outage_of(exc)
-                if outage is None:
-                    logger.exception("Heartbeat of consumer %s failed", self.id)
-                    continue
-                # Each beat of an outage is one failed attempt: said once, then backed off.
-                pause = max(pause, outages.episode.failed(outage, "the consumer's heartbeat"))
-            else:
-                outages.episode.succeeded()
+            pause = self._beat_once(self.interval)
+
+    def _beat_once(self, pause: float) -> float:
+        """One beat; the pause before the next (longer during an outage)."""
+        try:
+            self.beat()
+        except Exception as exc:
+            outage = outages.outage_of(exc)
+            if outage is None:
+                logger.exception("Heartbeat of consumer %s failed", self.id)
+                return pause
+            # Each beat of an outage is one failed attempt: said once, then backed off.
+            return max(pause, outages.episode.failed(outage, "the consumer's heartbeat"))
+        outages.episode.succeeded()
+        return pause
 
     def beat(self) -> None:
         died = self.board.forget_dead()

@@ -320,3 +320,33 @@ def test_a_retention_shorter_than_the_lost_window_never_forgets_a_live_consumer(
         }
         for presence in (live, other, last):
             presence.stop()
+
+
+def test_a_consumer_started_before_its_ledger_answers_registers_once_it_does(base_config, tmp_path):
+    from sqlalchemy import create_engine
+
+    from app import create_app
+    from tests.support import wait_for
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    # Made outside make_app: its database has no tables to empty after the test.
+    app = create_app({**base_config, "SQLALCHEMY_DATABASE_URI": url})
+    app.config["CONSUMER_HEARTBEAT_SECONDS"] = 0.1
+    presence = Presence(app, ["tasks"], "process", 1, Board(2))
+    # Its ledger cannot answer yet (a deploy runs the migration after the consumers
+    # started, or the database is briefly down): the consumer still serves its queue.
+    presence.start()
+    ledger_db = create_engine(url)
+    ConsumerPresence.__table__.create(ledger_db)
+    try:
+
+        def registered() -> list[str]:
+            with ledger_db.connect() as conn:
+                return list(conn.execute(select(ConsumerPresence.id)).scalars())
+
+        assert wait_for(registered, timeout=30) == [presence.id]
+    finally:
+        presence.stop()
+        ledger_db.dispose()
+    with ledger_db.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(ConsumerPresence)).scalar() == 0
