@@ -24,15 +24,16 @@ try:
 
     # A bounded ledger pool that every thread of the process shares (tasks.budget).
     app = create_app(consumer_config())
+    _queues = app.extensions["queues"]
+    # Huey's scheduler checks the periodic schedules once a minute; shorter periods (a
+    # test that sweeps every few seconds) need it to look as often as the shortest one.
+    check_periodic_every(_queues.periodic_tick())
+
+    # Opened here: a queue the settings name but no process can open is refused too.
+    default = _queues.huey("default")
+    tasks = _queues.huey("tasks")
+    builder = _queues.huey("builder")
+    long_job = _queues.huey("long-job")
+    io = _queues.huey("io")
 except ConfigError as exc:
     raise refuse_config(exc) from None
-_queues = app.extensions["queues"]
-# Huey's scheduler checks the periodic schedules once a minute; shorter periods (a test
-# that sweeps every few seconds) need it to look as often as the shortest one.
-check_periodic_every(_queues.periodic_tick())
-
-default = _queues.huey("default")
-tasks = _queues.huey("tasks")
-builder = _queues.huey("builder")
-long_job = _queues.huey("long-job")
-io = _queues.huey("io")

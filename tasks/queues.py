@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 import time
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +61,11 @@ class QueueConfigError(Exception):
     pass
 
 
+class QueueFileError(QueueConfigError, ConfigError):
+    """The SQLite queue's file cannot be opened: a setting no process can run with (the
+    consumers refuse it on one line), and a dispatch's reason that names it."""
+
+
 def _make_huey(app: Flask, queue: str) -> Huey:
     huey = _huey_of_driver(app, queue)
     if not huey.immediate:
@@ -74,15 +80,23 @@ def _huey_of_driver(app: Flask, queue: str) -> Huey:
     if app.config.get("QUEUE_IMMEDIATE"):
         return Huey(name, immediate=True, **common)
     if driver == "sqlite":
-        filename = private_file(sqlite_queue_path(app))
-        # A file replaced under a running consumer is noticed and reopened.
-        return SqliteHuey(
-            name,
-            storage_class=WatchedSqliteStorage,
-            filename=str(filename),
-            timeout=30,
-            **common,
-        )
+        path = sqlite_queue_path(app)
+        try:
+            filename = private_file(path)
+            # A file replaced under a running consumer is noticed and reopened.
+            return SqliteHuey(
+                name,
+                storage_class=WatchedSqliteStorage,
+                filename=str(filename),
+                timeout=30,
+                **common,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            # Its folder missing or not ours, a folder named as the file, not a database.
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise QueueFileError(
+                f"QUEUE_SQLITE_PATH: cannot open the queue file {str(path)!r} ({reason})"
+            ) from None
     if driver == "redis":
         return RedisHuey(name, connection_pool=_redis_pool(app), **common)
     if driver == "postgres":

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from sqlalchemy import select
 
 from config import (
     MAX_PERIOD_HOURS,
@@ -17,9 +18,12 @@ from config import (
     Config,
     ConfigError,
 )
+from extensions import db
 from harness import ROOT
 from taskrunner import console, runner
 from taskrunner.dispatch import queue_of
+from taskrunner.ledger import ledger
+from taskrunner.models import TaskRun
 from tasks.presence import Board, Presence
 
 
@@ -386,3 +390,37 @@ def test_a_config_error_quoting_a_line_break_or_an_escape_is_still_one_line():
     shown = io.StringIO()
     ConfigError("LOG_FILE: cannot write 'a\nb' (\x1b[2J)").show(shown)
     assert shown.getvalue() == "error: LOG_FILE: cannot write 'a\\nb' (\\x1b[2J)\n"
+
+
+def test_a_consumer_refuses_a_queue_file_it_cannot_open_on_one_line(tmp_path):
+    from tasks.workers import consumer_command
+
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+
+    done = run(consumer_command("tasks", workers=1)[1:], tmp_path, QUEUE_SQLITE_PATH=str(folder))
+
+    assert_one_error_line(done, f"QUEUE_SQLITE_PATH: cannot open the queue file {str(folder)!r}")
+
+
+def test_a_run_sent_to_a_queue_file_that_cannot_be_made_names_the_setting(make_app, tmp_path):
+    not_a_folder = tmp_path / "notes.txt"
+    not_a_folder.write_text("")
+    app = make_app()
+    usable = app.config["QUEUE_SQLITE_PATH"]
+    app.config["QUEUE_SQLITE_PATH"] = str(not_a_folder / "queue.sqlite3")
+
+    try:
+        with app.app_context():
+            done = app.test_cli_runner().invoke(
+                args=["tasks", "start", "diagnostics.probe", "--context", '{"units": 1}']
+            )
+            assert done.exit_code == 1
+            [line] = done.output.splitlines()
+            assert line.startswith("error: dispatch failed: QUEUE_SQLITE_PATH: cannot open"), line
+            [run] = db.session.execute(select(TaskRun)).scalars()
+            [unit] = ledger.runs.run_units_page(run).items
+            reason = unit["last_error"]
+            assert reason.startswith("dispatch failed: QUEUE_SQLITE_PATH: cannot open"), reason
+    finally:
+        app.config["QUEUE_SQLITE_PATH"] = usable  # the test's queues are emptied after it
