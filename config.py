@@ -43,12 +43,10 @@ class ConfigError(click.ClickException, ValueError):
         click.echo(error_line(self.format_message()), file=file, err=file is None)
 
 
-# A century too: a session's end (sign-in's now + lifetime) past year 9999 fails every
-# sign-in, and a lifetime beyond timedelta's range fails the start with a traceback.
-MAX_SESSION_LIFETIME_HOURS = 24 * MAX_RETENTION_DAYS
 # A century again for the runner's and the consumers' periods: a consumer forgotten, a
 # unit or a consumer silent for three beats, a unit stuck or never started, is found by a
-# cut-off (now - the period) that must fall after year 1.
+# cut-off (now - the period) that must fall after year 1; a session's end (sign-in's now +
+# its lifetime) past year 9999 fails every sign-in.
 MAX_PERIOD_MINUTES = 24 * 60 * MAX_RETENTION_DAYS
 MAX_PERIOD_SECONDS = 24 * 3600 * MAX_RETENTION_DAYS
 MAX_PERIOD_HOURS = 24 * MAX_RETENTION_DAYS
@@ -336,9 +334,7 @@ class Config:
         self.REMEMBER_COOKIE_SECURE = self.SESSION_COOKIE_SECURE
         self.HSTS_SECONDS = 0 if self.DEVELOPMENT else _int("HSTS_SECONDS", 31536000)
         self.PERMANENT_SESSION_LIFETIME = timedelta(
-            hours=_float(
-                "SESSION_LIFETIME_HOURS", 12, positive=True, maximum=MAX_SESSION_LIFETIME_HOURS
-            )
+            hours=_float("SESSION_LIFETIME_HOURS", 12, positive=True, maximum=MAX_PERIOD_HOURS)
         )
         self.WTF_CSRF_TIME_LIMIT = _int("CSRF_TOKEN_LIFETIME_SECONDS", 3600, minimum=1)
         # Requests whose bodies are bigger are refused with a 413 before they are read.

@@ -13,7 +13,7 @@ from http.cookies import SimpleCookie
 import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
-from config import MAX_SESSION_LIFETIME_HOURS, Config, ConfigError
+from config import MAX_PERIOD_HOURS, Config, ConfigError
 from tests.web.backoffice_support import VIEW, browser, make_user, sign_in
 
 RUNS = "/backoffice/task-runs"
@@ -104,7 +104,7 @@ def test_a_session_lifetime_no_date_can_hold_is_refused_at_start(monkeypatch, ho
 
 
 def test_the_longest_session_lifetime_still_signs_in(make_app):
-    app = make_app(PERMANENT_SESSION_LIFETIME=timedelta(hours=MAX_SESSION_LIFETIME_HOURS))
+    app = make_app(PERMANENT_SESSION_LIFETIME=timedelta(hours=MAX_PERIOD_HOURS))
     with app.app_context():
         viewer = make_user("viewer@example.com", VIEW)
     web = browser(app)
