@@ -28,6 +28,7 @@ def downgrade():
     with op.batch_alter_table("consumers") as batch:
         batch.drop_column("deaths")
         batch.drop_column("worker_deaths")
-    with op.batch_alter_table("task_run_units") as batch:
-        batch.drop_column("stack")
-        batch.drop_column("failure_kind")
+    # SQLite drops an unindexed column in place (3.35+): a batch rebuild of the table
+    # would lose its AUTOINCREMENT key (not reflected), and ids would be reused after it.
+    op.execute("ALTER TABLE task_run_units DROP COLUMN stack")
+    op.execute("ALTER TABLE task_run_units DROP COLUMN failure_kind")
