@@ -6,6 +6,7 @@ failed units by a fold computed on each read: a regular expression on every fail
 the reason; this pass folds the reasons stored before. Only rows holding a reason are
 touched (failed, skipped or retrying units), and the column is added without a default,
 so the table is not rewritten.
+The downgrade drops the column and its folds: the next upgrade computes them again.
 
 Revision ID: 0019_reason_fold
 Revises: 0018_active_units_queued
