@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from security.outbound import MAX_ANSWER_BYTES, AnswerTooLarge, open_without_redirects, read_answer
+from security.sanitise import sanitised
 from taskrunner.contract import register_domain_error
 
 
@@ -186,7 +187,13 @@ def _content(raw: bytes) -> str:
         content = json.loads(raw)["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError):
         raise LLMBadResponse("language model answer is not a chat completion") from None
-    if not isinstance(content, str) or not content.strip():
+    if not isinstance(content, str):
+        raise LLMBadResponse("language model answer is empty")
+    # The answer is stored as the step's output: a NUL (refused by PostgreSQL) or a lone
+    # surrogate (encoded by no driver) failed that write, the step stayed running, and its
+    # recovery paid for the same answer again, for ever.
+    content = sanitised(content)
+    if not content.strip():
         raise LLMBadResponse("language model answer is empty")
     return content
 

@@ -75,7 +75,12 @@ class StubHandler(BaseHTTPRequestHandler):
             self.wfile.write(b"SSH-2.0-OpenSSH_9.2\r\n")
             self.close_connection = True
             return None
+        if mode == "controls only":
+            return self.answer(200, {"choices": [{"message": {"content": "\x00\x1b \x7f"}}]})
         content = f"lesson text for: {body['messages'][-1]['content']}"
+        if mode == "unstorable":
+            # JSON may carry a NUL and a lone surrogate: neither can be written to a column.
+            content = f"{content}\x00 \ud800 \x1b[2J end"
         self.answer(200, {"choices": [{"message": {"role": "assistant", "content": content}}]})
 
     def answer(self, status: int, payload: dict, headers: dict | None = None) -> None:
@@ -141,11 +146,20 @@ def test_a_500_is_unavailable_and_its_body_never_reaches_the_reason(stub):
     assert API_KEY not in reason and "upstream" not in reason
 
 
-@pytest.mark.parametrize(("mode", "error"), [("401", LLMRejected), ("garbage", LLMBadResponse)])
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [("401", LLMRejected), ("garbage", LLMBadResponse), ("controls only", LLMBadResponse)],
+)
 def test_refusals_and_malformed_answers_are_domain_errors(stub, mode, error):
     stub.mode = mode
     with pytest.raises(error):
         driver(stub).complete(PROMPT)
+
+
+def test_an_answer_with_a_nul_or_a_lone_surrogate_is_returned_as_storable_text(stub):
+    stub.mode = "unstorable"
+    text = driver(stub).complete(PROMPT)
+    assert text == f"lesson text for: {PROMPT.text} \ufffd [2J end"
 
 
 @pytest.mark.parametrize("mode", ["hang up", "cut short", "not http"])
@@ -198,6 +212,8 @@ def test_the_http_driver_is_chosen_from_config_and_refuses_missing_settings(stub
     ("mode", "status", "reason"),
     [
         ("ok", "completed", None),
+        # Written as it came, the answer failed the step's write: the run stayed running.
+        ("unstorable", "completed", None),
         (
             "500",
             "failed",
@@ -209,7 +225,7 @@ def test_a_generation_run_calls_the_endpoint_for_every_step(make_app, stub, mode
     from sqlalchemy import select
 
     from coursebuilder import stages
-    from coursebuilder.models import GenerationRun
+    from coursebuilder.models import GenerationRun, GenerationStep
     from extensions import db
     from tenancy.models import Tenant
 
@@ -230,4 +246,6 @@ def test_a_generation_run_calls_the_endpoint_for_every_step(make_app, stub, mode
             select(GenerationRun).where(GenerationRun.uuid == run_uuid)
         ).scalar_one()
         assert (run.status, run.failure_reason) == (status, reason)
-    assert len(stub.requests) == (4 if mode == "ok" else 1)
+        outputs = " ".join(t or "" for t in db.session.scalars(select(GenerationStep.output)))
+        assert "\x00" not in outputs and "\ud800" not in outputs
+    assert len(stub.requests) == (1 if status == "failed" else 4)
