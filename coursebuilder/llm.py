@@ -185,7 +185,8 @@ def _seconds(value: str | None) -> float | None:
 def _content(raw: bytes) -> str:
     try:
         content = json.loads(raw)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser goes, a few kilobytes of "[".
         raise LLMBadResponse("language model answer is not a chat completion") from None
     if not isinstance(content, str):
         raise LLMBadResponse("language model answer is empty")

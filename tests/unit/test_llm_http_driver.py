@@ -75,6 +75,13 @@ class StubHandler(BaseHTTPRequestHandler):
             self.wfile.write(b"SSH-2.0-OpenSSH_9.2\r\n")
             self.close_connection = True
             return None
+        if mode == "nested too deep":
+            raw = b"[" * 200_000
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return None
         if mode == "controls only":
             return self.answer(200, {"choices": [{"message": {"content": "\x00\x1b \x7f"}}]})
         content = f"lesson text for: {body['messages'][-1]['content']}"
@@ -148,7 +155,13 @@ def test_a_500_is_unavailable_and_its_body_never_reaches_the_reason(stub):
 
 @pytest.mark.parametrize(
     ("mode", "error"),
-    [("401", LLMRejected), ("garbage", LLMBadResponse), ("controls only", LLMBadResponse)],
+    [
+        ("401", LLMRejected),
+        ("garbage", LLMBadResponse),
+        ("controls only", LLMBadResponse),
+        # The parser's RecursionError was no LLMError: the step failed as a crash.
+        ("nested too deep", LLMBadResponse),
+    ],
 )
 def test_refusals_and_malformed_answers_are_domain_errors(stub, mode, error):
     stub.mode = mode
