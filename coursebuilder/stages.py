@@ -148,10 +148,9 @@ def start(
     ):
         if not isinstance(value, int) or not low <= value <= high:
             raise BuilderError(f"{name} must be between {low} and {high}")
-    tenant = db.session.get(Tenant, tenant_id)
-    if tenant is None:
+    if db.session.get(Tenant, tenant_id) is None:
         raise BuilderError(f"tenant {tenant_id} does not exist")
-    if tenant.status == CLOSED:  # a departed tenant's course would be paid for, never read
+    if _tenant_closed(tenant_id):  # a departed tenant's course would be paid for, never read
         raise BuilderError(f"tenant {tenant_id} is closed")
     options: dict[str, Any] = {"lessons": lessons, "quizzes": quizzes}
     if fake:
@@ -346,6 +345,8 @@ def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
         if run is None or run.status != RunStatus.FAILED:
             status = run.status if run is not None else "gone"
             raise BuilderError(f"run {run_uuid} is {status}; only a failed run can be retried")
+        if _tenant_closed(run.tenant_id):  # as at start: paid for, read by nobody
+            raise BuilderError(f"tenant {run.tenant_id} is closed; its build is not retried")
         stage = run.stage
         again = db.session.execute(
             update(GenerationStep)
@@ -376,6 +377,11 @@ def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
     logger.info("Builder run %s retried from stage %s by %s", run_uuid, stage, actor)
     after_commit(run_id, run_uuid, transition, claimed)
     return stage, again
+
+
+def _tenant_closed(tenant_id: int) -> bool:
+    tenant = db.session.get(Tenant, tenant_id)
+    return tenant is not None and tenant.status == CLOSED
 
 
 def stage_counts(run: GenerationRun) -> dict[str, int]:

@@ -9,6 +9,7 @@ from coursebuilder import stages
 from coursebuilder import steps as builder_steps
 from coursebuilder.models import GenerationRun, GenerationStep
 from extensions import db
+from tenancy import services as tenants
 from tests.unit.test_builder_service import add_tenant, events_of, run_of, steps_of
 
 
@@ -78,6 +79,27 @@ def test_only_a_failed_build_can_be_retried(ctx, state):
         db.session.commit()
     with pytest.raises(stages.BuilderError, match=f"is {state}; only a failed run"):
         stages.retry(run.uuid)
+
+
+def test_the_failed_build_of_a_closed_tenant_is_not_retried(inline_ctx, cli):
+    # As at start: its steps would call the model again for a tenant that has left.
+    run = failed_build()
+    heal(run)
+    tenants.close(run.tenant_id)
+    before = {k: (s.status, s.attempts) for k, s in steps_of(run).items()}
+
+    with pytest.raises(stages.BuilderError, match="^tenant 1 is closed; its build is not"):
+        stages.retry(run.uuid)
+    refused = cli.invoke(args=["builder", "retry", run.uuid])
+
+    assert (refused.exit_code, refused.stderr) == (
+        1,
+        "error: tenant 1 is closed; its build is not retried\n",
+    )
+    run = run_of(run.uuid)
+    assert (run.status, run.stage) == ("failed", "lessons")
+    assert {k: (s.status, s.attempts) for k, s in steps_of(run).items()} == before
+    assert "RUN_RETRIED" not in [e.kind for e in events_of(run)]
 
 
 def test_a_step_job_queued_before_the_failure_does_nothing_after_it(ctx):
