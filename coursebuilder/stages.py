@@ -150,7 +150,7 @@ def start(
             raise BuilderError(f"{name} must be between {low} and {high}")
     if db.session.get(Tenant, tenant_id) is None:
         raise BuilderError(f"tenant {tenant_id} does not exist")
-    if _tenant_closed(tenant_id):  # a departed tenant's course would be paid for, never read
+    if tenant_closed(tenant_id):  # a departed tenant's course would be paid for, never read
         raise BuilderError(f"tenant {tenant_id} is closed")
     options: dict[str, Any] = {"lessons": lessons, "quizzes": quizzes}
     if fake:
@@ -345,7 +345,7 @@ def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
         if run is None or run.status != RunStatus.FAILED:
             status = run.status if run is not None else "gone"
             raise BuilderError(f"run {run_uuid} is {status}; only a failed run can be retried")
-        if _tenant_closed(run.tenant_id):  # as at start: paid for, read by nobody
+        if tenant_closed(run.tenant_id):  # as at start: paid for, read by nobody
             raise BuilderError(f"tenant {run.tenant_id} is closed; its build is not retried")
         stage = run.stage
         again = db.session.execute(
@@ -379,7 +379,8 @@ def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
     return stage, again
 
 
-def _tenant_closed(tenant_id: int) -> bool:
+def tenant_closed(tenant_id: int) -> bool:
+    """Whether the tenant left: its course would be paid for and read by nobody."""
     tenant = db.session.get(Tenant, tenant_id)
     return tenant is not None and tenant.status == CLOSED
 

@@ -27,6 +27,7 @@ from coursebuilder.stages import (
     live_topic,
     record,
     stage_counts,
+    tenant_closed,
 )
 from database import utcnow, write_transaction
 from extensions import db
@@ -67,6 +68,12 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
     run_id, stage, key = claimed
     run = db.session.get(GenerationRun, run_id)
     run_uuid, options = run.uuid, run.options
+    if tenant_closed(run.tenant_id):
+        # Closed mid-build: the rest of its steps would call the model for nobody.
+        tenant_id = run.tenant_id
+        db.session.commit()
+        fail_run(run_id, step_id, f"step {stage}/{key} not run: tenant {tenant_id} is closed")
+        return
     prompt = _prompt(run, stage, key)
     db.session.commit()  # no transaction stays open across the model call
     live.bump(live_topic(run_uuid))

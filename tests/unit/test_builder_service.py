@@ -14,6 +14,7 @@ from coursebuilder.models import GenerationEvent, GenerationRun, GenerationStep
 from extensions import db
 from live import topics as live
 from taskrunner.jobs import GATE_PAUSES
+from tenancy import services as tenants
 from tenancy.models import Tenant
 from tests.support import huey_stop_interrupt, see_logs
 from tests.unit.test_ledger_edges import gate_breaks
@@ -185,6 +186,28 @@ def test_a_duplicate_or_late_step_job_changes_nothing(ctx):
     assert steps_of(run)["outline-1"].attempts == 1
     assert [e.kind for e in events_of(run)].count("STEP_FINISHED") == 1
     assert run.stage == "lessons"
+
+
+def test_a_build_whose_tenant_closes_mid_run_fails_at_its_next_step_without_a_model_call(
+    ctx, monkeypatch
+):
+    calls = []  # the model's calls: outside the machine, the one thing counted by a stand-in
+    complete = FakeDriver.complete
+    monkeypatch.setattr(FakeDriver, "complete", lambda d, p: calls.append(p) or complete(d, p))
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=2, quizzes=0, concurrency=1))
+    builder_steps.execute_step(steps_of(run)["outline-1"].id)
+    assert len(calls) == 1
+    tenants.close(1)
+
+    builder_steps.execute_step(steps_of(run)["outline-2"].id)
+
+    run = run_of(run.uuid)
+    reason = "step outline/outline-2 not run: tenant 1 is closed"
+    assert (run.status, run.failure_reason) == ("failed", reason)
+    step = steps_of(run)["outline-2"]
+    assert (step.status, step.error, step.output) == ("failed", reason, None)
+    assert len(calls) == 1
 
 
 def test_an_interrupted_step_is_handed_back_to_the_queue(ctx):
