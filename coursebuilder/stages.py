@@ -331,13 +331,15 @@ def fail_run(run_id: int, step_id: int | None, reason: str) -> None:
         logger.warning("Builder run %s failed: %s", run_uuid, reason)
 
 
-def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
+def retry(run_uuid: str, actor: str = "cli", after_retry: int | None = None) -> tuple[str, int]:
     """Resume a failed run from its failed stage; return (that stage, steps queued again).
 
     Under the run lock: the stage's failed and skipped steps become pending again
     (its completed steps keep their output), the run is running again, and the first
     window is claimed, in one transaction; enqueued after the commit. Stages before
-    it are not run again.
+    it are not run again. ``after_retry``: the run's newest retry when the retry was
+    confirmed (``last_retry``); refused if another came since: a confirmation sent twice
+    would otherwise retry again a build whose first retry had already failed.
     """
     run_id = find_run(run_uuid).id
     db.session.rollback()
@@ -347,6 +349,8 @@ def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
             raise BuilderError(f"run {run_uuid} is {status}; only a failed run can be retried")
         if tenant_closed(run.tenant_id):  # as at start: paid for, read by nobody
             raise BuilderError(f"tenant {run.tenant_id} is closed; its build is not retried")
+        if after_retry is not None and last_retry(run_id) > after_retry:
+            raise BuilderError(f"run {run_uuid} was retried since this confirmation was shown")
         stage = run.stage
         again = db.session.execute(
             update(GenerationStep)
@@ -377,6 +381,15 @@ def retry(run_uuid: str, actor: str = "cli") -> tuple[str, int]:
     logger.info("Builder run %s retried from stage %s by %s", run_uuid, stage, actor)
     after_commit(run_id, run_uuid, transition, claimed)
     return stage, again
+
+
+def last_retry(run_id: int) -> int:
+    """The id of the run's newest ``RUN_RETRIED`` event; 0 if it was never retried."""
+    return db.session.execute(
+        select(func.coalesce(func.max(GenerationEvent.id), 0)).where(
+            GenerationEvent.run_id == run_id, GenerationEvent.kind == EventKind.RUN_RETRIED
+        )
+    ).scalar_one()
 
 
 def tenant_closed(tenant_id: int) -> bool:

@@ -84,6 +84,7 @@ def retry(run_uuid: str):
     """Resume a failed build from its failed stage, after a confirmation with the count."""
     run = run_or_404(run_uuid)
     back = url_for("builder.run", run_uuid=run.uuid)
+    after_retry = _after_retry()
     if request.form.get("confirm") != "yes":
         count = reports.retryable_steps(run)
         return render_template(
@@ -95,12 +96,13 @@ def retry(run_uuid: str):
             action=url_for("builder.retry", run_uuid=run.uuid),
             title="Retry this course build",
             verb="Retry",
-            fields={},
+            # What the confirmation was shown after: sent twice, the second finds a newer retry.
+            fields={"after_retry": str(stages.last_retry(run.id))},
             message=f"This resumes “{run.title}” from its failed stage ({run.stage}): its "
             "failed and not-run steps are queued again; completed steps keep their output.",
         )
     try:
-        stage, steps = stages.retry(run.uuid, actor=current_user.email)
+        stage, steps = stages.retry(run.uuid, actor=current_user.email, after_retry=after_retry)
     except BuilderError as exc:
         flash(f"Not retried: {exc}", "error")
     else:
@@ -109,6 +111,17 @@ def retry(run_uuid: str):
             "success",
         )
     return redirect(back)
+
+
+def _after_retry() -> int | None:
+    """The run's newest retry when the confirmation was shown (none: a form posted without
+    one, unguarded)."""
+    raw = request.form.get("after_retry")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 19):
+        abort(400, description="after_retry must be the id of a retry")
+    return int(raw)
 
 
 @bp.get("/runs/<run_uuid>/stream")

@@ -7,7 +7,7 @@ from sqlalchemy import select, update
 
 from coursebuilder import stages
 from coursebuilder import steps as builder_steps
-from coursebuilder.models import GenerationStep
+from coursebuilder.models import GenerationEvent, GenerationStep
 from extensions import db
 from tenancy.models import Tenant
 from tests.web.backoffice_support import browser, make_user, sign_in
@@ -209,3 +209,39 @@ def test_a_running_build_cannot_be_retried(builder_app):
     ).follow()
     assert "Not retried: run" in answer.text and "only a failed run can be retried" in answer.text
     web.post(f"/builder/runs/{UNKNOWN}/retry", {"csrf_token": token}, status=404)
+
+
+def test_a_retry_confirmation_sent_twice_retries_the_build_once(make_app):
+    # The model fails the step again at once: by the second click the build has failed
+    # again, and the second confirmation retried it again (a second model call, a second
+    # RUN_RETRIED) although the operator confirmed one retry.
+    app = make_app(QUEUE_IMMEDIATE=True)
+    with app.app_context():
+        db.session.add(Tenant(id=4, name="Umbrella"))
+        db.session.commit()
+        run_uuid = stages.start(
+            4, "Tides", lessons=1, quizzes=0, concurrency=1, fake={"fail_steps": ["outline-1"]}
+        )
+    web = builder_operator(app, BUILDER_VIEW, BUILDER_MANAGE)
+    confirm = web.get(f"/builder/runs/{run_uuid}").forms[1].submit().forms["confirm"]
+
+    first = confirm.submit().follow()
+    second = confirm.submit().follow()
+
+    assert "Retrying stage outline: 1 step queued again." in first.text
+    assert "Not retried: run" in second.text and "retried since this confirmation" in second.text
+    with app.app_context():
+        run = stages.find_run(run_uuid)
+        attempts = db.session.scalars(select(GenerationStep.attempts)).all()
+        kinds = db.session.scalars(
+            select(GenerationEvent.kind).where(GenerationEvent.run_id == run.id)
+        ).all()
+    assert attempts == [2] and kinds.count("RUN_RETRIED") == 1
+    # A form that names no retry it was shown after is refused, not guessed at.
+    token = confirm["csrf_token"].value
+    for bad in ("x", "-1", "9" * 30):
+        web.post(
+            f"/builder/runs/{run_uuid}/retry",
+            {"csrf_token": token, "confirm": "yes", "after_retry": bad},
+            status=400,
+        )
