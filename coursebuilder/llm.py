@@ -111,6 +111,9 @@ class HttpDriver:
         if "@" in parts.netloc:
             # urllib takes user:password@ for part of the host; its error quotes the password.
             raise LLMConfigError("LLM_BASE_URL must not carry a user or password")
+        if api_key and not (api_key.isascii() and api_key.isprintable() and " " not in api_key):
+            # http.client refuses it in a header at every call, and the reason named the URL.
+            raise LLMConfigError("LLM_API_KEY must be printable ASCII without spaces")
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.api_key = api_key
         self.model = model

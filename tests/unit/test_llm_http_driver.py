@@ -192,6 +192,16 @@ def test_an_unreachable_endpoint_is_unavailable_without_its_url():
     assert "SECRET" not in redact(caught.value)
 
 
+@pytest.mark.parametrize("key", ["sk-live-K3Y\n", "sk-live-ключ", "sk-live K3Y", "sk-\x00K3Y"])
+def test_a_key_no_header_can_carry_is_refused_naming_the_key_setting_not_the_url(stub, key):
+    # A trailing newline from a key file, a letter that is not ASCII: http.client refused
+    # the header at every call and the step's reason was "LLM_BASE_URL cannot be used".
+    with pytest.raises(LLMConfigError) as caught:
+        HttpDriver(stub.base_url, key, "m", 2).complete(PROMPT)
+    assert redact(caught.value) == "LLM_API_KEY must be printable ASCII without spaces"
+    assert stub.requests == []
+
+
 def test_an_endpoint_url_with_a_password_is_refused_without_repeating_it():
     with pytest.raises(LLMConfigError) as caught:
         HttpDriver("https://llm:LlmPw-S3cret@llm.example.invalid/v1", API_KEY, "m", 2)
