@@ -284,10 +284,14 @@ class Config:
         self.ASYNC_REQUESTS_RETENTION_DAYS = _int(
             "ASYNC_REQUESTS_RETENTION_DAYS", 7, maximum=MAX_RETENTION_DAYS
         )
-        self.LLM_DRIVER = env.get("LLM_DRIVER", "fake")
+        self.LLM_DRIVER = _one_of("LLM_DRIVER", ("fake", "http"), "fake")
         self.LLM_BASE_URL = _endpoint_url("LLM_BASE_URL")
         self.LLM_API_KEY = env.get("LLM_API_KEY", "")
         self.LLM_MODEL = env.get("LLM_MODEL", "")
+        for name in ("LLM_BASE_URL", "LLM_MODEL"):
+            if self.LLM_DRIVER == "http" and not getattr(self, name):
+                # Found by the first step, each build would be started and failed.
+                raise ConfigError(f"{name} must be set when LLM_DRIVER is http")
         self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120, minimum=1)
         self.BUILDER_STREAM_SECONDS = _int("BUILDER_STREAM_SECONDS", 60, minimum=1)
         # The run pages' live streams: how long one stream lasts (the browser reconnects)

@@ -66,6 +66,9 @@ def assert_one_error_line(done: subprocess.CompletedProcess, *named: str) -> Non
         ("LOG_LEVEL", "LOUD", "'LOUD'"),
         ("QUEUE_DRIVER", "nope", "must be sqlite, redis or postgres, got 'nope'"),
         ("SMTP_SECURITY", "tls", "must be none, starttls or ssl, got 'tls'"),
+        # Found by a build's first step, each build was started, then failed.
+        ("LLM_DRIVER", "openai", "must be fake or http, got 'openai'"),
+        ("LLM_DRIVER", "http", "LLM_BASE_URL must be set when LLM_DRIVER is http"),
         ("ALERT_QUEUE_WAIT_MINUTES", "*=nan", "'*=nan' is not a number of minutes"),
         ("DATABASE_URL", "notaurl", "is not a database URL"),
         ("DATABASE_URL", "foo://db", "sqlalchemy.dialects:foo"),
