@@ -410,7 +410,8 @@ def test_a_consumer_refuses_a_queue_file_it_cannot_open_on_one_line(tmp_path):
 def test_a_run_sent_to_a_queue_file_that_cannot_be_made_names_the_setting(make_app, tmp_path):
     not_a_folder = tmp_path / "notes.txt"
     not_a_folder.write_text("")
-    app = make_app()
+    # A SQLite queue file on either ledger database (the PostgreSQL pass queues on Redis).
+    app = make_app(QUEUE_DRIVER="sqlite", QUEUE_SQLITE_PATH=str(tmp_path / "queue.sqlite3"))
     usable = app.config["QUEUE_SQLITE_PATH"]
     app.config["QUEUE_SQLITE_PATH"] = str(not_a_folder / "queue.sqlite3")
 
