@@ -106,6 +106,16 @@ def tenant(name: str = "tenant") -> int | None:
     return int(raw)
 
 
+def form_id(name: str, what: str) -> int | None:
+    """An id a confirmation carries back in its form (None: a form posted without one)."""
+    raw = request.form.get(name)
+    if raw is None:
+        return None
+    if not _digits(raw, BIGINT):
+        abort(400, description=f"{name} must be the id of {what}")
+    return int(raw)
+
+
 def cursor(name: str = "cursor") -> str | None:
     return exact(name, max_length=MAX_TEXT + 40)
 

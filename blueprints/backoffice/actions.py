@@ -53,7 +53,7 @@ def retry(run_uuid: str):
     stale_only = request.form.get("stale_only") in ("1", "yes", "on", "true")
     if stale_only and (reason is not None or keys or failed_only):
         abort(400, description="stale units alone: not with a reason, units or failed only")
-    after_action = _after_action()
+    after_action = params.form_id("after_action", "an operator action")
     back = request.form.get("back_to")
     if back == "errors":
         back = url_for("backoffice.errors", run_uuid=run.uuid)
@@ -115,17 +115,6 @@ def retry(run_uuid: str):
     else:
         flash(f"Retrying {_plural(count, 'unit')}.", "success")
     return redirect(back)
-
-
-def _after_action() -> int | None:
-    """The run's newest operator action when the confirmation was shown (none: a form
-    posted without one, unguarded as before)."""
-    raw = request.form.get("after_action")
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) < 19):
-        abort(400, description="after_action must be the id of an operator action")
-    return int(raw)
 
 
 def dispatch_failed(exc: Exception) -> None:

@@ -84,7 +84,7 @@ def retry(run_uuid: str):
     """Resume a failed build from its failed stage, after a confirmation with the count."""
     run = run_or_404(run_uuid)
     back = url_for("builder.run", run_uuid=run.uuid)
-    after_retry = _after_retry()
+    after_retry = params.form_id("after_retry", "a retry")
     if request.form.get("confirm") != "yes":
         count = reports.retryable_steps(run)
         return render_template(
@@ -111,17 +111,6 @@ def retry(run_uuid: str):
             "success",
         )
     return redirect(back)
-
-
-def _after_retry() -> int | None:
-    """The run's newest retry when the confirmation was shown (none: a form posted without
-    one, unguarded)."""
-    raw = request.form.get("after_retry")
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) < 19):
-        abort(400, description="after_retry must be the id of a retry")
-    return int(raw)
 
 
 @bp.get("/runs/<run_uuid>/stream")
