@@ -96,7 +96,9 @@ def set_password(email: str, password: str) -> User:
         if user is None:
             raise AccountError(f"no user {echo(normalize_email(email))}")
         user.password_hash = generate_password_hash(password)
-    sessions.end_sessions_of(user.id)
+        # In the same transaction: a password changed while its old sessions live on
+        # would leave a stolen one open under a password its owner believes new.
+        sessions.end_sessions_of(user.id)
     return user
 
 

@@ -115,12 +115,11 @@ def end_session(secret: str | None) -> None:
 
 
 def end_sessions_of(user_id: int) -> int:
-    """Sign a user out everywhere; return how many sessions ended."""
-    with write_transaction(db.session):
-        ended = db.session.execute(
-            delete(OperatorSession).where(OperatorSession.user_id == user_id)
-        ).rowcount
-    return ended
+    """Sign a user out everywhere, inside the caller's write transaction (a password change:
+    both or neither); return how many sessions ended."""
+    return db.session.execute(
+        delete(OperatorSession).where(OperatorSession.user_id == user_id)
+    ).rowcount
 
 
 def prune_expired() -> int:

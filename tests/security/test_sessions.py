@@ -14,6 +14,7 @@ import pytest
 from itsdangerous import TimestampSigner, URLSafeTimedSerializer
 
 from config import MAX_PERIOD_HOURS, Config, ConfigError
+from tests.unit.test_cli_refusals import database_refusing_inserts_into
 from tests.web.backoffice_support import VIEW, browser, make_user, sign_in
 
 RUNS = "/backoffice/task-runs"
@@ -68,6 +69,22 @@ def test_a_password_change_ends_every_session_of_that_operator(app, viewer, cli)
     phone.get(RUNS, status=302)
     again = browser(app)
     sign_in(again, type(viewer)(viewer.email, "a brand new password")).follow(status=200)
+
+
+def test_a_password_change_whose_sessions_cannot_be_ended_changes_no_password(app, viewer, cli):
+    # The password was committed first and the sessions ended in a second transaction: a
+    # refusal there left a stolen session alive under a password its owner believed changed.
+    laptop = browser(app)
+    sign_in(laptop, viewer)
+
+    with database_refusing_inserts_into(app, "operator_sessions", verb="DELETE"):
+        result = cli.invoke(
+            args=["users", "set-password", viewer.email], input="a brand new password\n"
+        )
+
+    assert result.exit_code == 1  # the refusal, one line through the CLI's excepthook
+    laptop.get(RUNS, status=200)
+    sign_in(browser(app), viewer).follow(status=200)  # the password it had
 
 
 def test_signing_out_ends_only_that_session(app, viewer):

@@ -81,13 +81,13 @@ def test_a_redelivery_of_many_unknown_events_is_refused_in_a_short_line(cli):
 
 
 @contextmanager
-def database_refusing_inserts_into(app, table: str):
+def database_refusing_inserts_into(app, table: str, verb: str = "INSERT"):
     """A real database error that is no outage: a trigger refuses every new row of
-    ``table`` (its message stands for one an operator must not read)."""
+    ``table`` (its message stands for one an operator must not read), or every ``verb``."""
     with app.app_context():
         if is_sqlite(db.session):
             statements = [
-                f"CREATE TRIGGER refuse_rows BEFORE INSERT ON {table} "
+                f"CREATE TRIGGER refuse_rows BEFORE {verb} ON {table} "
                 "BEGIN SELECT RAISE(ABORT, 'secret-laden refusal'); END"
             ]
             undo = ["DROP TRIGGER refuse_rows"]
@@ -95,7 +95,7 @@ def database_refusing_inserts_into(app, table: str):
             statements = [
                 "CREATE FUNCTION refuse_rows() RETURNS trigger LANGUAGE plpgsql AS "
                 "$$ BEGIN RAISE EXCEPTION 'secret-laden refusal'; END $$",
-                f"CREATE TRIGGER refuse_rows BEFORE INSERT ON {table} "
+                f"CREATE TRIGGER refuse_rows BEFORE {verb} ON {table} "
                 "FOR EACH ROW EXECUTE FUNCTION refuse_rows()",
             ]
             undo = [f"DROP TRIGGER refuse_rows ON {table}", "DROP FUNCTION refuse_rows()"]
