@@ -8,7 +8,7 @@ from flask.cli import AppGroup
 from database import database_outage
 from payments.statements import StatementError, start_monthly_statements
 from security.refusal import refuse
-from taskrunner.contract import TaskRunnerError, redact
+from taskrunner.contract import TaskRunnerError, plural, redact
 
 payments_cli = AppGroup("payments", help="Payments: monthly statements.")
 
@@ -29,6 +29,7 @@ def generate_monthly_statements(period: str) -> None:
         # The run was recorded and then failed by the wedge guard, its reason logged.
         refuse(f"dispatch failed: {redact(exc)}")
     click.echo(
-        f"started payments.monthly_statements for {period}: {handle.units_total} units", err=True
+        f"started payments.monthly_statements for {period}: {plural(handle.units_total, 'unit')}",
+        err=True,
     )
     click.echo(handle.uuid)

@@ -125,3 +125,14 @@ def test_the_monthly_schedule_starts_the_month_that_ended_in_utc_whatever_the_ho
 
     assert started.returncode == 0, started.stderr
     assert started.stdout.split() == ["2026-11"]
+
+
+def test_a_sweep_of_one_tenant_says_one_unit(inline_ctx):
+    add_tenants(("active", datetime(2026, 1, 1)))
+
+    result = inline_ctx.test_cli_runner().invoke(
+        args=["payments", "generate-monthly-statements", "--period", "2026-10"]
+    )
+
+    assert result.exit_code == 0, result.stderr
+    assert "started payments.monthly_statements for 2026-10: 1 unit\n" in result.stderr
