@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import delete, select
 
@@ -59,13 +60,18 @@ def session_user(user_id: str, secret: str | None) -> User | None:
     return db.session.execute(
         select(User)
         .join(OperatorSession, OperatorSession.user_id == User.id)
-        .where(
-            OperatorSession.secret_hash == _digest(secret),
-            OperatorSession.expires_at > utcnow(),
-            User.id == wanted,
-            User.active.is_(True),
-        )
+        .where(*_signing_in(secret, wanted))
     ).scalar_one_or_none()
+
+
+def _signing_in(secret: str, user_id: int) -> tuple[Any, ...]:
+    """Where a session with this secret still signs in its user ``user_id``, active."""
+    return (
+        OperatorSession.secret_hash == _digest(secret),
+        OperatorSession.expires_at > utcnow(),
+        User.id == user_id,
+        User.active.is_(True),
+    )
 
 
 def digest(secret: str) -> str:
@@ -84,12 +90,7 @@ def is_live(user_id: int, secret: str | None, permission: str | None = None) -> 
     query = (
         select(OperatorSession.id)
         .join(User, User.id == OperatorSession.user_id)
-        .where(
-            OperatorSession.secret_hash == _digest(secret),
-            OperatorSession.expires_at > utcnow(),
-            User.id == user_id,
-            User.active.is_(True),
-        )
+        .where(*_signing_in(secret, user_id))
     )
     if permission is not None:
         query = query.where(
