@@ -99,6 +99,7 @@ error_groups = ledger.errors.error_groups
 unit_history = ledger.fleet.unit_history
 failure_streak = ledger.fleet.failure_streak
 stale_by_run = ledger.fleet.stale_counts_by_run
+stale_units_page = ledger.fleet.stale_units_page  # without the per-run counts
 count_pending_of_type = ledger.fleet.count_pending_of_type
 count_retryable, last_action_id = ledger.actions.count_retryable, ledger.actions.last_action_id
 attention = ledger.attention.attention

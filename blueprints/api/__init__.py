@@ -84,8 +84,8 @@ def compare(run_uuid: str):
 @bp.get("/stale-units")
 @permission_required(VIEW)
 def stale_units():
-    stale = paged(operations.stale_units, limit=params.limit(100, 500), cursor=params.cursor())
-    return jsonify(operations.units_json(stale.page))
+    page = paged(operations.stale_units_page, limit=params.limit(100, 500), cursor=params.cursor())
+    return jsonify(operations.units_json(page))
 
 
 @bp.get("/units")
