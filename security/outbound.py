@@ -136,7 +136,19 @@ def open_without_redirects(
     (``TimeoutError``)."""
     sockets: list[socket.socket] = []
     # Built per request: the opener reads the proxy settings of the environment, like urlopen.
-    opener = urllib.request.build_opener(_RefuseRedirects(), _HTTP(sockets), _HTTPS(sockets))
+    # Only http and https: urlopen's file:, ftp: and data: handlers would pass a local file
+    # (or one the URL itself holds) for a vendor's answer ("unknown url type" instead).
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.UnknownHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        _RefuseRedirects(),
+        _HTTP(sockets),
+        _HTTPS(sockets),
+    ):
+        opener.add_handler(handler)
     with _Deadline(timeout, sockets) as deadline:
         try:
             with opener.open(request, timeout=timeout) as response:

@@ -11,11 +11,14 @@ too, whoever built them.
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 
 import pytest
 
 from coursebuilder.llm import HttpDriver, LLMConfigError
 from documents.provider import ProviderClient, ProviderNotConfigured
+from security.outbound import open_without_redirects
 from taskrunner.contract import PermanentError
 
 
@@ -44,3 +47,14 @@ def test_the_provider_client_refuses_a_url_that_is_not_http(local_answers, schem
 def test_the_language_model_driver_refuses_a_url_that_is_not_http(local_answers, scheme):
     with pytest.raises(LLMConfigError, match="^LLM_BASE_URL must be an http or https URL$"):
         HttpDriver(f"{scheme}://{local_answers}", "sk_live_VENDOR_TOKEN_0123456789", "m", 5)
+
+
+@pytest.mark.parametrize("url", ["file:///{folder}/documents", "data:,from-the-url-itself"])
+def test_the_outbound_opener_itself_opens_no_url_but_http(local_answers, url):
+    # Every vendor client opens its requests there: a client that forgot its own check
+    # still passes no local file (nor the URL's own data) for a vendor's answer.
+    request = urllib.request.Request(url.format(folder=local_answers), method="GET")
+
+    with pytest.raises(urllib.error.URLError, match="unknown url type"):
+        with open_without_redirects(request, timeout=2):
+            pass
