@@ -117,14 +117,16 @@ def status_command(
 
 
 def _print_units(run: Any, reason: str | None, as_json: bool, as_csv: bool) -> None:
-    """A group's units (or every unit of the run, for ``--csv`` alone), all of them."""
+    """A group's units (or every unit of the run, for ``--csv`` alone), all of them, written
+    as their pages are read: a group of a 100,000-unit run is never a list in memory."""
     rows = operations.export_units(run, reason=reason)
     if as_csv:
         for line in operations.csv_lines(rows):
             click.echo(line, nl=False)
         return
     if as_json:
-        click.echo(json.dumps({"uuid": run.uuid, "reason": reason, "units": list(rows)}, indent=2))
+        for chunk in operations.json_chunks(run.uuid, reason, rows):
+            click.echo(chunk, nl=False)
         return
     count = 0
     for row in rows:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from itertools import islice
 from urllib.parse import urlencode
 
 import pytest
@@ -229,6 +230,28 @@ def test_the_cli_prints_a_groups_units_and_its_csv(app, big_group, cli):
     assert exported.exit_code == 0
     assert len(list(csv.DictReader(io.StringIO(exported.stdout)))) == 16
     assert refused.exit_code == 2 and "need a RUN_UUID" in refused.stderr
+
+
+def test_the_cli_writes_a_groups_json_as_its_pages_are_read(app, big_group, cli, monkeypatch):
+    """``tasks status --reason --json`` built the group's every unit into one list before
+    writing a byte: a unit is written as it is read, in the export's shape."""
+    monkeypatch.setattr(operations, "EXPORT_PAGE", 3)
+    exported = cli.invoke(args=["tasks", "status", big_group, "--reason", GROUP, "--json"])
+    assert exported.exit_code == 0
+    units = json.loads(exported.stdout)
+    assert units["uuid"] == big_group and units["reason"] == GROUP
+    assert [u["unit_key"] for u in units["units"]] == [f"s{i}" for i in range(16)]
+
+    export_units = operations.export_units
+
+    def failing_after_a_page(run, reason=None, status=None):
+        yield from islice(export_units(run, reason=reason, status=status), 3)
+        raise RuntimeError("the ledger went away")
+
+    monkeypatch.setattr(operations, "export_units", failing_after_a_page)
+    cut = cli.invoke(args=["tasks", "status", big_group, "--reason", GROUP, "--json"])
+    assert isinstance(cut.exception, RuntimeError)
+    assert '"unit_key": "s2"' in cut.stdout  # the first page was out before the failure
 
 
 def test_a_groups_json_export_is_streamed_page_by_page_in_its_documented_shape(
