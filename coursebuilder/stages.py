@@ -57,6 +57,9 @@ MAX_CONCURRENCY = 32
 MAX_ID = 2**63 - 1
 # What a retry makes pending again: the failed stage's steps that did not complete.
 NOT_DONE = (StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.PENDING, StepStatus.QUEUED)
+# The error of a step that was running when its build failed: its worker may have died with
+# it (nothing would ever settle it) or may still finish, and then its answer is kept.
+INTERRUPTED = "interrupted: the build failed while this step ran"
 
 
 def live_topic(run_uuid: str) -> str:
@@ -324,11 +327,27 @@ def fail_run(run_id: int, step_id: int | None, reason: str) -> None:
                 )
                 .values(status=StepStatus.SKIPPED)
             )
+            interrupt_running(run_id, now)
             record(run_id, EventKind.RUN_FINISHED, run.stage, at=now)
         run_uuid = run.uuid
     live.bump(live_topic(run_uuid))
     if failed_now:
         logger.warning("Builder run %s failed: %s", run_uuid, reason)
+
+
+def interrupt_running(run_id: int, now: Any) -> None:
+    """Inside the locked transaction that ended the run: its running steps are failed.
+
+    No step of an ended build reads as running: one whose worker was killed (SIGKILL, a
+    lost host) would do so for ever, as the recovery looks at running builds only, and a
+    retry, which queues only steps not done, would wait for it. A step still alive records
+    its answer when it finishes all the same (``steps._complete``).
+    """
+    db.session.execute(
+        update(GenerationStep)
+        .where(GenerationStep.run_id == run_id, GenerationStep.status == StepStatus.RUNNING)
+        .values(status=StepStatus.FAILED, error=INTERRUPTED, finished_at=now)
+    )
 
 
 def retry(run_uuid: str, actor: str = "cli", after_retry: int | None = None) -> tuple[str, int]:

@@ -15,15 +15,17 @@ import logging
 from datetime import datetime
 
 from flask import current_app
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 
 from coursebuilder.llm import Prompt, driver_for
 from coursebuilder.models import EventKind, GenerationRun, GenerationStep, RunStatus, StepStatus
 from coursebuilder.stages import (
+    INTERRUPTED,
     advance_locked,
     after_commit,
     claim_window,
     fail_run,
+    interrupt_running,
     live_topic,
     record,
     stage_counts,
@@ -65,7 +67,7 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
     if claimed is None:
         logger.info("Builder step %s is not queued any more; nothing to do", step_id)
         return
-    run_id, stage, key = claimed
+    run_id, stage, key, attempt = claimed
     run = db.session.get(GenerationRun, run_id)
     run_uuid, options = run.uuid, run.options
     if tenant_closed(run.tenant_id):
@@ -83,15 +85,16 @@ def execute_step(step_id: int, timeout: int = STEP_TIMEOUT) -> None:
         f"timeout: step ran longer than {timeout} s",
     )
     if reason is None:
-        _complete(run_id, run_uuid, step_id, stage, key, text)
+        _complete(run_id, run_uuid, step_id, (stage, key, attempt), text)
     else:
         store_reason(
             lambda why: fail_run(run_id, step_id, why), f"step {stage}/{key} failed: {reason}"
         )
 
 
-def _claim(step_id: int) -> tuple[int, str, str] | None:
-    """The gate of a step: queued → running (+1 attempt) while its run runs."""
+def _claim(step_id: int) -> tuple[int, str, str, int] | None:
+    """The gate of a step: queued → running (+1 attempt) while its run runs; its run,
+    stage, key and attempt."""
     with write_transaction(db.session):
         return db.session.execute(
             update(GenerationStep)
@@ -107,17 +110,39 @@ def _claim(step_id: int) -> tuple[int, str, str] | None:
                 attempts=GenerationStep.attempts + 1,
                 started_at=utcnow(),
             )
-            .returning(GenerationStep.run_id, GenerationStep.stage, GenerationStep.key)
+            .returning(
+                GenerationStep.run_id,
+                GenerationStep.stage,
+                GenerationStep.key,
+                GenerationStep.attempts,
+            )
             .execution_options(synchronize_session=False)
         ).first()
 
 
-def _complete(run_id: int, run_uuid: str, step_id: int, stage: str, key: str, text: str) -> None:
-    """Record the step, and in the same locked transaction advance or refill the window."""
+def _complete(
+    run_id: int, run_uuid: str, step_id: int, step: tuple[str, str, int], text: str
+) -> None:
+    """Record the step, and in the same locked transaction advance or refill the window.
+
+    A step its build's failure interrupted while this very attempt ran is recorded too:
+    its answer was paid for, and a retry then need not pay for it again.
+    """
+    stage, key, attempt = step
     with run_lock(GenerationRun, run_id) as run:
         done = db.session.execute(
             update(GenerationStep)
-            .where(GenerationStep.id == step_id, GenerationStep.status == StepStatus.RUNNING)
+            .where(
+                GenerationStep.id == step_id,
+                or_(
+                    GenerationStep.status == StepStatus.RUNNING,
+                    and_(
+                        GenerationStep.status == StepStatus.FAILED,
+                        GenerationStep.error == INTERRUPTED,
+                        GenerationStep.attempts == attempt,
+                    ),
+                ),
+            )
             .values(status=StepStatus.COMPLETED, output=text, error=None, finished_at=utcnow())
         ).rowcount
         if done:
@@ -143,14 +168,9 @@ def hand_back(step_id: int) -> bool:
         if run is None:
             return False
         if run.status != RunStatus.RUNNING:
-            # The run ended meanwhile: the step is skipped, as its other unfinished steps
-            # were. Left running, it would show as running for ever and a retry, which
-            # queues only steps not done, would wait for it.
-            db.session.execute(
-                update(GenerationStep)
-                .where(GenerationStep.id == step_id, GenerationStep.status == StepStatus.RUNNING)
-                .values(status=StepStatus.SKIPPED, finished_at=utcnow())
-            )
+            # The run ended meanwhile: a step it left running reads as interrupted, never
+            # as running for ever.
+            interrupt_running(run_id, utcnow())
             return False
         handed = (
             db.session.execute(

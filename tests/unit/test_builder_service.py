@@ -227,7 +227,7 @@ def test_an_interrupted_step_is_handed_back_to_the_queue(ctx):
     assert builder_steps.hand_back(step.id) is False
 
 
-def test_a_step_interrupted_after_its_run_failed_is_skipped_and_a_retry_runs_it(ctx):
+def test_a_step_interrupted_after_its_run_failed_is_failed_and_a_retry_runs_it(ctx):
     # Two steps running; one fails the run, the other's consumer is told to stop. Before,
     # the second stayed "running" for good and the retry, queueing only steps not done,
     # left the stage waiting for it.
@@ -241,13 +241,40 @@ def test_a_step_interrupted_after_its_run_failed_is_skipped_and_a_retry_runs_it(
     stages.fail_run(run.id, ids["outline-1"], "step outline/outline-1 failed: boom")
 
     assert builder_steps.hand_back(ids["outline-2"]) is False
-    assert steps_of(run_of(run.uuid))["outline-2"].status == "skipped"
+    interrupted = steps_of(run_of(run.uuid))["outline-2"]
+    assert (interrupted.status, interrupted.error) == ("failed", stages.INTERRUPTED)
     stage, again = stages.retry(run.uuid)
     assert (stage, again) == ("outline", 2)
     builder = ctx.extensions["queues"].huey("builder")
     while builder.pending_count():
         builder.execute(builder.dequeue())
     assert run_of(run.uuid).status == "completed"
+
+
+def test_a_step_still_running_when_its_build_failed_keeps_its_answer_when_it_finishes(
+    ctx, monkeypatch
+):
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=2, quizzes=0, concurrency=2))
+    ids = {key: step.id for key, step in steps_of(run).items()}
+    complete = FakeDriver.complete
+
+    def build_fails_meanwhile(driver, prompt):
+        stages.fail_run(run.id, None, "dispatch failed: the queue went away")
+        during = steps_of(run_of(run.uuid))["outline-1"]
+        assert (during.status, during.error) == ("failed", stages.INTERRUPTED)
+        return complete(driver, prompt)
+
+    monkeypatch.setattr(FakeDriver, "complete", build_fails_meanwhile)
+    builder_steps.execute_step(ids["outline-1"])
+
+    run = run_of(run.uuid)
+    steps = steps_of(run)
+    assert run.status == "failed"
+    assert (steps["outline-1"].status, steps["outline-1"].error) == ("completed", None)
+    assert steps["outline-1"].output.startswith("[outline/outline-1 ")
+    assert steps["outline-2"].status == "skipped"
+    assert stages.retry(run.uuid) == ("outline", 1)  # the paid answer is not asked again
 
 
 def test_each_commit_moves_the_live_key(ctx):

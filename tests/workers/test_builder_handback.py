@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -87,3 +88,41 @@ def test_a_step_whose_consumer_was_killed_is_recovered_by_the_sweep(ctx, consume
     run = finished(run_uuid)
     assert run.status == "completed", run.failure_reason
     assert step("outline-1").attempts == 2
+
+
+def test_a_step_whose_consumer_was_killed_does_not_read_as_running_once_its_build_failed(
+    ctx, consumers, cli
+):
+    from coursebuilder import reports
+
+    db.session.add(Tenant(id=9, name="Hooli"))
+    db.session.commit()
+    run_uuid = stages.start(
+        9,
+        "Killed, then failed",
+        lessons=2,
+        quizzes=0,
+        concurrency=2,
+        fake={"latency_ms": 1500, "fail_steps": ["outline-2"]},
+    )
+    first = consumers.start("builder", workers=1)
+    wait_for(
+        lambda: step("outline-1").status == "running", timeout=30, message="outline-1 to start"
+    )
+    consumers.kill(first)  # SIGKILL mid-step: outline-1 is left "running"
+    consumers.start("builder", workers=1)  # runs outline-2, whose failure fails the build
+    run = finished(run_uuid)
+    assert run.status == "failed", run.failure_reason
+
+    killed = step("outline-1")
+    assert killed.status == "failed"
+    assert killed.error == stages.INTERRUPTED
+    shown = {s["key"]: s["status"] for s in reports.steps_of(run)["outline"]}
+    assert shown == {"outline-1": "failed", "outline-2": "failed"}
+    result = cli.invoke(args=["builder", "status", run_uuid, "--json"])
+    assert result.exit_code == 0, result.output
+    counts = json.loads(result.stdout)["stages"][0]["steps"]
+    assert (counts["running"], counts["failed"]) == (0, 2)
+    # A retry queues both again and the build finishes (nothing waits for a dead step).
+    db.session.rollback()
+    assert stages.retry(run_uuid) == ("outline", 2)
