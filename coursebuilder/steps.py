@@ -3,7 +3,8 @@
 A step job claims its step through the runner's ``gate`` (one conditional update:
 queued → running; a redelivered or late job finds it taken and does nothing), calls
 the language model with no transaction open, and records the outcome under the run
-lock, advancing the stage or refilling the window in that same transaction. A
+lock, advancing the stage or refilling the window in that same transaction (the paid
+answer waits out a database outage rather than being lost, ``_complete``). A
 failure is ``contained`` (recorded, never raised; the consumer's stop goes on to Huey,
 which hands the step back through the job's ``on_stop``). A step whose job or worker
 was lost is found by the runner's stale rule and queued again.
@@ -12,15 +13,18 @@ was lost is found by the runner's stale rule and queued again.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 
 from flask import current_app
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy.exc import DBAPIError
 
 from coursebuilder.llm import Prompt, driver_for
 from coursebuilder.models import EventKind, GenerationRun, GenerationStep, RunStatus, StepStatus
 from coursebuilder.stages import (
     INTERRUPTED,
+    Transition,
     advance_locked,
     after_commit,
     claim_window,
@@ -39,6 +43,9 @@ from taskrunner.contract import (
     contained,
     gate,
     lost_before,
+    patiently,
+    raise_if_stopping,
+    redact,
     run_lock,
     stale_filter,
     store_reason,
@@ -123,6 +130,40 @@ def _claim(step_id: int) -> tuple[int, str, str, int] | None:
 def _complete(
     run_id: int, run_uuid: str, step_id: int, step: tuple[str, str, int], text: str
 ) -> None:
+    """Record the paid answer; never lose it to a refused write (then the step would stay
+    running until the recovery queued it again and paid for the same answer twice).
+
+    A database outage (a lock not granted in time, a lost connection) is waited out; any
+    other refusal is tried once more in a fresh transaction, and then fails the step with
+    it: recorded, never left for the recovery to run again.
+    """
+    stage, key, _attempt = step
+    what = f"recording the answer of builder step {step_id}"
+
+    def write() -> tuple[Transition | None, list[int]]:
+        return patiently(lambda: _close(run_id, step_id, step, text), what, time.sleep)
+
+    try:
+        try:
+            transition, claimed = write()
+        except DBAPIError as exc:
+            raise_if_stopping(exc)
+            logger.warning("Builder run %s: %s was refused; trying once more", run_uuid, what)
+            transition, claimed = write()
+    except DBAPIError as exc:
+        raise_if_stopping(exc)
+        logger.exception("Builder run %s: %s failed", run_uuid, what)
+        store_reason(
+            lambda why: fail_run(run_id, step_id, why),
+            f"step {stage}/{key} failed: its answer could not be recorded: {redact(exc)}",
+        )
+        return
+    after_commit(run_id, run_uuid, transition, claimed)
+
+
+def _close(
+    run_id: int, step_id: int, step: tuple[str, str, int], text: str
+) -> tuple[Transition | None, list[int]]:
     """Record the step, and in the same locked transaction advance or refill the window.
 
     A step its build's failure interrupted while this very attempt ran is recorded too:
@@ -148,13 +189,11 @@ def _complete(
         if done:
             record(run_id, EventKind.STEP_FINISHED, stage, key)
         if run is None or run.status != RunStatus.RUNNING:
-            transition, claimed = None, []
-        else:
-            counts = stage_counts(run)
-            transition = advance_locked(run, counts)
-            # After a stage change the counts are the new stage's: read them again.
-            claimed = claim_window(run, None if transition else counts)
-    after_commit(run_id, run_uuid, transition, claimed)
+            return None, []
+        counts = stage_counts(run)
+        transition = advance_locked(run, counts)
+        # After a stage change the counts are the new stage's: read them again.
+        return transition, claim_window(run, None if transition else counts)
 
 
 def hand_back(step_id: int) -> bool:

@@ -17,8 +17,9 @@ A package that keeps its own work rows (the course builder's steps) builds on th
 runner's primitives rather than on Huey: ``run_lock`` (one write transaction holding a
 row's lock), ``gate`` (a job's claim, retried after a lost connection, else the job
 back in the queue), ``contained`` (a failure recorded, never raised, the consumer's
-stop excepted), a job's ``on_stop`` (its work handed back when a consumer stops), and
-the stale rule (``Tracked``, ``stale_filter``, ``lost_before``) for its recovery.
+stop excepted), ``patiently`` (an outcome written once the database answers again), a
+job's ``on_stop`` (its work handed back when a consumer stops), and the stale rule
+(``Tracked``, ``stale_filter``, ``lost_before``) for its recovery.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from taskrunner.types import (
 )
 from taskrunner.unit_rules import key_problem as unit_key_problem
 from tasks.interrupts import raise_if_stopping
+from tasks.outages import patiently
 from tasks.routing import JobHandle, job, periodic
 from tasks.schedules import Cron, Every, crontab
 
@@ -105,6 +107,7 @@ __all__ = [
     "lost_before",
     "metrics",
     "operations",
+    "patiently",
     "periodic",
     "plural",
     "publishing",
