@@ -24,6 +24,7 @@ from coursebuilder.llm import Prompt, driver_for
 from coursebuilder.models import EventKind, GenerationRun, GenerationStep, RunStatus, StepStatus
 from coursebuilder.stages import (
     INTERRUPTED,
+    STEP,
     Transition,
     advance_locked,
     after_commit,
@@ -232,29 +233,43 @@ def recover(now: datetime | None = None) -> int:
     The runner's stale rule finds them: a step still running past
     ``STEP_STUCK_AFTER_MINUTES`` outlived its hard timeout, so its worker died (SIGKILL, a
     lost host); one queued past ``STEP_QUEUED_AFTER_MINUTES`` may have lost its job. Both
-    go back to the queue; a job that was only slow finds its step taken by the gate and
-    does nothing. Then every running run's window is refilled, so no run is left
-    running with nothing in flight.
+    go back to the queue, but for a queued step whose job still waits there: under a
+    backlog every pass would add another job for it, and a longer backlog. A job that was
+    only slow finds its step taken by the gate and does nothing. Then every running run's
+    window is refilled, so no run is left running with nothing in flight.
     """
     now = now or utcnow()
     lost = stale_filter(
         lost_before(now, STEP_STUCK_AFTER_MINUTES, STEP_QUEUED_AFTER_MINUTES), STEPS
     )
+    running = select(GenerationRun.id).where(GenerationRun.status == RunStatus.RUNNING)
+    waiting: set[int] = set()
+    # The queue is read only when a queued step looks lost: a backlog, or a lost job.
+    if db.session.execute(
+        select(GenerationStep.id)
+        .where(
+            GenerationStep.run_id.in_(running),
+            GenerationStep.status == StepStatus.QUEUED,
+            lost,
+        )
+        .limit(1)
+    ).first():
+        waiting = {args[0] for args in STEP.waiting() if args}
     requeued = 0
-    run_ids = list(
-        db.session.execute(
-            select(GenerationRun.id).where(GenerationRun.status == RunStatus.RUNNING)
-        ).scalars()
-    )
-    for run_id in run_ids:
+    for run_id in list(db.session.execute(running).scalars()):
         with run_lock(GenerationRun, run_id) as run:
             if run is None or run.status != RunStatus.RUNNING:
                 continue
-            ids = list(
-                db.session.execute(
-                    select(GenerationStep.id).where(GenerationStep.run_id == run_id, lost)
-                ).scalars()
-            )
+            ids = [
+                step_id
+                for step_id, status in db.session.execute(
+                    select(GenerationStep.id, GenerationStep.status).where(
+                        GenerationStep.run_id == run_id, lost
+                    )
+                )
+                # A job waiting for a running step finds it taken: that one is lost.
+                if not (status == StepStatus.QUEUED and step_id in waiting)
+            ]
             if ids:
                 db.session.execute(
                     update(GenerationStep)

@@ -151,6 +151,16 @@ class JobHandle:
 
         return current_app.extensions["queues"].task(self.name, queue)(*args, **kwargs)
 
+    def waiting(self) -> list[tuple[Any, ...]]:
+        """The arguments of this job's executions sent to its queue and not started yet:
+        waiting their turn, or put back to run later."""
+        from flask import current_app
+
+        huey = current_app.extensions["queues"].huey(routes.jobs[self.name].queue or "default")
+        return [
+            task.args for task in (*huey.pending(), *huey.scheduled()) if task.name == self.name
+        ]
+
     def call_local(self, *args: Any, **kwargs: Any) -> Any:
         """Run the job's body here and now: no queue, no retries (for tests)."""
         return self.fn(*args, **kwargs)

@@ -424,6 +424,50 @@ def test_recover_queues_again_steps_whose_worker_or_job_was_lost(ctx):
     assert builder_steps.recover(now) == 0
 
 
+def test_recover_leaves_alone_steps_whose_jobs_still_wait_in_a_backlog(ctx):
+    from datetime import timedelta
+
+    from database import utcnow
+
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=4, quizzes=0, concurrency=2))
+    builder = ctx.extensions["queues"].huey("builder")
+    waiting = sorted(job.args for job in builder.pending())
+    assert len(waiting) == 2
+    # One of them was put back to run a little later (its gate met a lost connection).
+    later = builder.dequeue()
+    later.eta = utcnow() + timedelta(minutes=1)
+    builder.add_schedule(later)
+    start = steps_of(run)["outline-1"].queued_at
+
+    for minutes in (11, 22, 33):  # the consumers are busy: a backlog, nothing started
+        assert builder_steps.recover(start + timedelta(minutes=minutes)) == 0
+
+    jobs = [*builder.pending(), *builder.scheduled()]
+    assert sorted(job.args for job in jobs) == waiting
+    statuses = {k: s.status for k, s in steps_of(run_of(run.uuid)).items()}
+    assert sorted(statuses.values()) == ["pending", "pending", "queued", "queued"]
+
+
+def test_recover_queues_again_a_running_step_lost_even_with_a_job_of_it_waiting(ctx):
+    # A job waiting for a running step finds it taken and does nothing: it saves nothing.
+    from datetime import timedelta
+
+    add_tenant()
+    run = run_of(stages.start(1, "Tides", lessons=1, quizzes=0, concurrency=1))
+    step = steps_of(run)["outline-1"]
+    now = step.queued_at + timedelta(minutes=60)
+    db.session.execute(
+        update(GenerationStep)
+        .where(GenerationStep.id == step.id)
+        .values(status="running", started_at=now - timedelta(minutes=41))
+    )
+    db.session.commit()
+
+    assert builder_steps.recover(now) == 1
+    assert steps_of(run_of(run.uuid))["outline-1"].status == "queued"
+
+
 def test_a_queue_that_is_down_fails_the_run_and_says_so(make_app):
     app = make_app(QUEUE_DRIVER="redis", REDIS_URL="redis://127.0.0.1:1/0")
     with app.app_context():
