@@ -88,6 +88,38 @@ def test_a_failed_run_shows_its_reason_escaped_and_stops_streaming(builder_app, 
     assert '"status": "failed"' in stream.text
 
 
+def test_a_step_running_when_its_build_failed_reads_as_interrupted_on_the_page(
+    builder_app, builder_web
+):
+    with builder_app.app_context():
+        run_uuid = stages.start(4, "Tides", lessons=2, quizzes=0, concurrency=2)
+        run_id = stages.find_run(run_uuid).id
+        # Both steps started; the worker of outline-2 then died (SIGKILL) and outline-1 failed.
+        db.session.execute(
+            update(GenerationStep).where(GenerationStep.run_id == run_id).values(status="running")
+        )
+        db.session.commit()
+        first = db.session.execute(
+            select(GenerationStep.id).where(GenerationStep.key == "outline-1")
+        ).scalar_one()
+        stages.fail_run(run_id, first, "step outline/outline-1 failed: quota exceeded")
+        db.session.remove()
+    page = builder_web.get(f"/builder/runs/{run_uuid}")
+
+    rows = {
+        row.select_one("td.key").text: (
+            row.select_one(".pill").text,
+            row.select_one("td.error-text").text,
+        )
+        for row in page.html.select("table.steps tbody tr")
+    }
+    assert rows == {
+        "outline-1": ("failed", "step outline/outline-1 failed: quota exceeded"),
+        "outline-2": ("failed", stages.INTERRUPTED),
+    }
+    assert "running" not in {pill.text for pill in page.html.select("table.steps .pill")}
+
+
 def test_the_stream_of_a_running_run_ends_after_its_time_limit(builder_app, builder_web):
     run_uuid = start_run(builder_app)
     body = builder_web.get(f"/builder/runs/{run_uuid}/stream").text
