@@ -1,7 +1,7 @@
 """The error groups' fold in PostgreSQL's SQL (``fold_sql``, what a migration's backfill and
-a benchmark's fill write): its fast path (two plain patterns) gives what the one pattern
-with lookarounds gives, which is what Python's ``normalize_reason`` gives (what the ledger
-writes with every reason, on both backends)."""
+a benchmark's fill write): its fast paths (plain patterns where no identifier or lookaround
+can match) give what the patterns with lookarounds give, which is what Python's
+``normalize_reason`` gives (what the ledger writes with every reason, on both backends)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from tests.conftest import BACKEND
 
 pytestmark = pytest.mark.skipif(BACKEND != "postgres", reason="SQLite folds in Python")
 
-# Reasons built from what the pattern cares about: digits, references, periods, dashes.
+# Reasons built from what the patterns care about: digits, references, periods, dashes,
+# hex identifiers.
 pieces = st.sampled_from(
     [
         "ref ",
@@ -38,6 +39,11 @@ pieces = st.sampled_from(
         ":",
         "—",
         "é",
+        "0x",
+        "3f2a9c1e-0b7d-4e21-9a3c-5d6e7f809a1b",
+        "deadbeef",
+        "B",
+        "_",
     ]
 )
 reasons = st.lists(pieces, max_size=12).map("".join)
@@ -52,5 +58,6 @@ def folded(reason: str) -> str:
 )
 @given(reason=reasons)
 @example(reason="ref 123458779e14")
+@example(reason="id 3f2a9c1e-0b7d-4e21-9a3c-5d6e7f809a1bdeadbeef at 0xdeadbeef_7")
 def test_postgresql_folds_every_reason_as_python_does(ctx, reason):
     assert folded(reason) == normalize_reason(reason)
