@@ -30,16 +30,18 @@ def on_run_failed(event: Mapping[str, Any]) -> None:
     threshold = settings.threshold_of(payload["type"])
     if not threshold.exceeded(payload["units_failed"], payload["units_total"]):
         return
-    summary = summaries.run_failed(payload)
+    # Read once: the summary and both judgements below compare this one row.
+    run = operations.find_run(payload["run_uuid"])
+    summary = summaries.run_failed(payload, run)
 
     def judge(episodes: Episodes) -> None:
         latest = episodes.latest("run_failed", payload["type"])
         told = (latest.summary or {}).get("run") if latest is not None else None
         # The same event handed over again (delivery is at least once), maybe after its
         # episode was resolved, or a failure older than the one on-call last heard of.
-        if told and (told == payload["run_uuid"] or finished_before(payload["run_uuid"], told)):
+        if told and (told == payload["run_uuid"] or ended_before(run, operations.find_run(told))):
             return
-        if cleared_since(payload["type"], payload["run_uuid"]):
+        if cleared_since(payload["type"], run):
             return  # told late: a run of the type ended clean after it, the type is well
         episodes.raise_("run_failed", payload["type"], summary)
 
@@ -64,16 +66,20 @@ def on_run_completed(event: Mapping[str, Any]) -> None:
     judge_now(judge)
 
 
-def cleared_since(type_: str, run_uuid: str) -> bool:
-    """Whether the type's newest clean run ended after run ``run_uuid``."""
+def cleared_since(type_: str, run: Any) -> bool:
+    """Whether the type's newest clean run ended after ``run``."""
     newest = operations.runs_page(limit=1, type_=type_, status=RunStatus.COMPLETED).items
-    return bool(newest) and finished_before(run_uuid, newest[0].uuid)
+    return bool(newest) and ended_before(run, newest[0])
 
 
 def finished_before(run_uuid: str, other_uuid: str) -> bool:
-    """Whether run ``run_uuid`` ended before run ``other_uuid`` did; a run the ledger no
-    longer has (pruned) ended long before."""
-    run, other = operations.find_run(run_uuid), operations.find_run(other_uuid)
+    """Whether run ``run_uuid`` ended before run ``other_uuid`` did."""
+    return ended_before(operations.find_run(run_uuid), operations.find_run(other_uuid))
+
+
+def ended_before(run: Any, other: Any) -> bool:
+    """Whether ``run`` ended before ``other`` did; a run the ledger no longer has (None,
+    pruned) ended long before."""
     if run is None:
         return other is not None
     if other is None or run.finished_at is None or other.finished_at is None:

@@ -61,9 +61,9 @@ def consumers_lost(states: Mapping[str, int]) -> Summary:
     }
 
 
-def run_failed(payload: Mapping[str, Any]) -> Summary:
-    """A failed run as its page shows it: counts, duration, top error groups, tenants."""
-    run = operations.find_run(payload["run_uuid"])
+def run_failed(payload: Mapping[str, Any], run: Any) -> Summary:
+    """A failed run as its page shows it: counts, duration, top error groups, tenants;
+    ``run`` is the payload's run as the ledger has it (None: pruned)."""
     groups = operations.error_groups(run) if run is not None else []
     status = payload["status"].replace("_", " ")
     facts = [

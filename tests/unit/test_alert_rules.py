@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import event as sa_event
 from sqlalchemy import func, select, update
 
-from alerts import operators, rules
+from alerts import listeners, operators, rules
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from database import utcnow
 from extensions import db
@@ -359,3 +360,37 @@ def test_episodes_resolved_before_the_retention_are_pruned_with_their_messages(
         messages = db.session.execute(select(func.count()).select_from(AlertMessage)).scalar()
         deliveries = db.session.execute(select(func.count()).select_from(AlertDelivery)).scalar()
     assert (left, messages, deliveries) == (["open"], 1, 1)
+
+
+def test_a_failed_run_is_read_once_to_judge_its_event(alerting, controlled, receiver, monkeypatch):
+    # An older failure told (its episode since resolved by a clean run): the new failure
+    # is judged against both, and reads its own run once for its summary and both.
+    with alerting().app_context():
+        run_of(controlled, 2, {"k1"})
+        run_of(controlled, 2, set())
+        with monkeypatch.context() as died:
+            died.setattr(delivery, "deliver", lambda events: None)
+            failed = run_of(controlled, 2, {"k1"})
+        (event,) = [
+            delivery.event_dict(e)
+            for e in db.session.execute(
+                select(OutboxEvent).where(OutboxEvent.name == "tasks.run.failed")
+            ).scalars()
+            if e.payload["run_uuid"] == failed
+        ]
+        db.session.remove()
+        reads = []
+
+        def count(conn, cursor, statement, parameters, context, executemany):
+            if "FROM task_runs" in statement and failed in str(parameters):
+                reads.append(statement)
+
+        sa_event.listen(db.engine, "before_cursor_execute", count)
+        try:
+            listeners.on_run_failed(event)
+        finally:
+            sa_event.remove(db.engine, "before_cursor_execute", count)
+        drain("default")
+
+    assert len(reads) == 1, reads
+    assert receiver.kinds() == ["opened", "resolved", "opened"]
