@@ -41,14 +41,14 @@ def text(name: str, max_length: int = MAX_TEXT) -> str | None:
     return (exact(name, max_length) or "").strip() or None
 
 
-def checked_reason(raw: str) -> str:
+def checked_reason(raw: str, name: str = "reason") -> str:
     """An error group's reason as a client sent it (a query parameter, a form field).
 
     As long as any group the app lists, and with the newlines and tabs a stored reason
     keeps (a form sends a newline as CRLF); any other control character is a 400.
     """
     if len(raw) > MAX_REASON:
-        abort(400, description=f"reason is longer than {MAX_REASON} characters")
+        abort(400, description=f"{name} is longer than {MAX_REASON} characters")
     return _clean(raw.replace("\r\n", "\n"), keep="\n\t")
 
 
@@ -56,6 +56,11 @@ def reason() -> str | None:
     """The ``reason`` filter as sent (a reason may end in a space or a newline); empty is
     absent."""
     return checked_reason(request.args.get("reason", "")) or None
+
+
+def group_cursor() -> str | None:
+    """An error groups' ``cursor``: the last group's reason, as long as a reason may be."""
+    return checked_reason(request.args.get("cursor", ""), "cursor") or None
 
 
 def choice(name: str, allowed: tuple[str, ...]) -> str | None:

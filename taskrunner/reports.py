@@ -66,7 +66,9 @@ def units_page(page: Page) -> dict[str, Any]:
     return {"units": page.items, "next_cursor": page.next_cursor}
 
 
-def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
+def error_groups(run: TaskRun, page: Page) -> dict[str, Any]:
+    """``{"uuid", "groups": [...], "next_cursor"}``: a page of the run's error groups."""
+    groups: list[ErrorGroup] = page.items
     return {
         "uuid": run.uuid,
         "groups": [
@@ -82,6 +84,7 @@ def error_groups(run: TaskRun, groups: list[ErrorGroup]) -> dict[str, Any]:
             }
             for g in groups
         ],
+        "next_cursor": page.next_cursor,
     }
 
 

@@ -72,7 +72,13 @@ def unit(run_uuid: str):
 @permission_required(VIEW)
 def errors(run_uuid: str):
     run = run_or_404(run_uuid)
-    return jsonify(operations.error_groups_json(run, operations.error_groups(run)))
+    page = paged(
+        operations.error_groups_page,
+        run,
+        limit=params.limit(),
+        cursor=params.group_cursor(),
+    )
+    return jsonify(operations.error_groups_json(run, page))
 
 
 @bp.get("/task-runs/<run_uuid>/compare")

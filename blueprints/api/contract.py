@@ -263,7 +263,10 @@ SCHEMAS: dict[str, Any] = {
             "groups": array(
                 closed(
                     {
-                        "reason": {"type": "string", "description": "Numbers folded into `#`."},
+                        "reason": {
+                            "type": "string",
+                            "description": "Numbers and identifiers folded into `#`.",
+                        },
                         "kind": {
                             "type": "string",
                             "enum": FAILURE_KINDS,
@@ -289,6 +292,13 @@ SCHEMAS: dict[str, Any] = {
                         "tenant_sample": array({"type": "integer"}),
                     }
                 )
+            ),
+            "next_cursor": nullable(
+                {
+                    **REASON_TEXT,
+                    "description": "The last group's reason: pass it as `cursor` for the "
+                    "next groups; null on the last page.",
+                }
             ),
         }
     ),
@@ -615,6 +625,14 @@ OPERATIONS: dict[str, Operation] = {
         "getRunErrors",
         "A run's failed units grouped by redacted reason",
         path=(RUN_UUID,),
+        query=(
+            limit(50, 200),
+            Param(
+                "cursor",
+                "`next_cursor` of the previous page; a cursor naming no group of the run is a 400.",
+                REASON_TEXT,
+            ),
+        ),
         replies=(
             Reply(
                 200,
@@ -634,10 +652,11 @@ OPERATIONS: dict[str, Operation] = {
                             "tenant_sample": [],
                         }
                     ],
+                    "next_cursor": None,
                 },
             ),
         ),
-        errors=(404,),
+        errors=(400, 404),
     ),
     "api.compare": Operation(
         "compareRuns",

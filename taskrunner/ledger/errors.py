@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session, aliased
 
 from taskrunner.failures import innermost_own, stored_kind
-from taskrunner.ledger.records import not_deleted
+from taskrunner.ledger.records import InvalidCursor, Page, not_deleted, page_of
 from taskrunner.models import OperatorAction, TaskRun, TaskRunUnit
 from taskrunner.types import UnitStatus
 
@@ -64,15 +64,35 @@ class ErrorReads:
         # read their failed units alone (a big running run's active units are not walked).
         return _IN_A_GROUP if self._retried(run) else (UnitStatus.FAILED,)
 
+    def error_groups_page(self, run: TaskRun, limit: int = 50, cursor: str | None = None) -> Page:
+        """A page of the run's error groups; the cursor is the last group's reason."""
+        after = None
+        if cursor is not None:
+            size = self.session.execute(
+                select(func.count()).where(
+                    *self._in_groups(TaskRunUnit, run), TaskRunUnit.reason_fold == cursor
+                )
+            ).scalar_one()
+            if not size:
+                raise InvalidCursor("the cursor names no error group of this run")
+            after = (size, cursor)
+        groups = self.error_groups(run, limit + 1, after=after)
+        return page_of(groups, limit, lambda group: group, lambda group: group.reason)
+
     def error_groups(
-        self, run: TaskRun, limit: int = 50, new_since: TaskRun | None = None
+        self,
+        run: TaskRun,
+        limit: int = 50,
+        new_since: TaskRun | None = None,
+        after: tuple[int, str] | None = None,
     ) -> list[ErrorGroup]:
         """Failed units grouped by their redacted reason (numbers folded), biggest first.
 
         A retried unit keeps its last reason until it settles: it stays in its group,
         counted as ``retrying``, so a retried group is shown until its units settle.
         ``new_since``: only the groups that run has not (one statement: the other run's
-        folded reasons are read, never grouped).
+        folded reasons are read, never grouped). ``after``: only the groups after the
+        group of that size and reason in this order.
         """
         if self.session.get_bind().dialect.name == "postgresql":
             # Grouping tens of thousands of reasons sorts on disk with the default work_mem.
@@ -81,7 +101,6 @@ class ErrorReads:
         else:
             tenants = func.group_concat(TaskRunUnit.tenant_id.distinct())
         reason = TaskRunUnit.reason_fold
-        statuses = self._grouped_statuses(run)
         grouped = (
             select(
                 reason.label("reason"),
@@ -93,18 +112,18 @@ class ErrorReads:
                 func.min(TaskRunUnit.id).label("first_id"),
                 tenants.label("sample"),
             )
-            .where(
-                TaskRunUnit.task_run_id == run.id,
-                TaskRunUnit.status.in_(statuses),
-                TaskRunUnit.last_error.is_not(None),
-                not_deleted(TaskRunUnit),
-            )
+            .where(*self._in_groups(TaskRunUnit, run))
             .group_by(reason)
             .order_by(func.count().desc(), reason)
             .limit(limit)
         )
         if new_since is not None:
             grouped = grouped.where(reason.not_in(self._reasons(new_since)))
+        if after is not None:
+            size, last = after
+            grouped = grouped.having(
+                or_(func.count() < size, and_(func.count() == size, reason > last))
+            )
         rows = self.session.execute(grouped).all()
         # One look-up by primary key for every group's first unit: its kind and frames.
         firsts = {
@@ -136,9 +155,13 @@ class ErrorReads:
     def _reasons(self, run: TaskRun) -> Any:
         """The folded reasons of ``run``'s error groups, as a subquery."""
         other = aliased(TaskRunUnit)
-        return select(other.reason_fold).where(
-            other.task_run_id == run.id,
-            other.status.in_(self._grouped_statuses(run)),
-            other.last_error.is_not(None),
-            not_deleted(other),
+        return select(other.reason_fold).where(*self._in_groups(other, run))
+
+    def _in_groups(self, units: Any, run: TaskRun) -> tuple[Any, ...]:
+        """The conditions of ``run``'s units in its error groups."""
+        return (
+            units.task_run_id == run.id,
+            units.status.in_(self._grouped_statuses(run)),
+            units.last_error.is_not(None),
+            not_deleted(units),
         )

@@ -185,6 +185,41 @@ def test_error_groups_fold_numbers_and_name_the_tenants(app, api):
     ]
 
 
+def test_the_error_groups_page_past_fifty_groups_with_next_cursor(app, api):
+    # 60 groups of 1 to 5 units, many of one size: each comes once, biggest first.
+    reasons = {
+        f"g{g}-{n}": f"vendor {chr(65 + g // 26)}{chr(65 + g % 26)} refused"
+        for g in range(60)
+        for n in range(1 + g % 5)
+    }
+    with app.app_context():
+        run_uuid = finished_run("tests.groups", list(reasons), reasons)
+    path = f"/api/v1/backoffice/task-runs/{run_uuid}/errors"
+
+    first = api.get(path).json
+    assert len(first["groups"]) == 50 and first["next_cursor"] == first["groups"][-1]["reason"]
+    rest = api.get(path, {"cursor": first["next_cursor"]}).json
+    assert len(rest["groups"]) == 10 and rest["next_cursor"] is None
+    groups = first["groups"] + rest["groups"]
+    assert len({g["reason"] for g in groups}) == 60
+    assert sum(g["count"] for g in groups) == len(reasons)
+    assert [g["count"] for g in groups] == sorted((g["count"] for g in groups), reverse=True)
+
+    small = api.get(path, {"limit": 7}).json
+    assert small["groups"] == first["groups"][:7]
+    assert (
+        api.get(path, {"limit": 7, "cursor": small["next_cursor"]}).json["groups"]
+        == (first["groups"][7:14])
+    )
+    assert api.get(path, {"cursor": "no such group"}, status=400).json["detail"] == (
+        "bad cursor: the cursor names no error group of this run"
+    )
+    assert api.get(path, {"limit": "0"}, status=400)
+    assert api.get(path, {"cursor": "x" * 601}, status=400).json["detail"] == (
+        "cursor is longer than 600 characters"
+    )
+
+
 def test_a_tenants_history_spans_runs_newest_first(app, api):
     with app.app_context():
         older = finished_run(
