@@ -84,7 +84,8 @@ def run_failed(payload: Mapping[str, Any], run: Any) -> Summary:
         "error_groups": [
             {"reason": g.reason, "kind": g.kind, "count": g.count} for g in groups[:3]
         ],
-        "tenants": sum(g.tenants for g in groups),
+        # A tenant failing in several groups, or in none of the three, counts once.
+        "tenants": operations.failed_tenants(run) if run is not None else 0,
         "links": [
             {"label": "Run", "path": path},
             {"label": "Error groups", "path": f"{path}/errors"},

@@ -97,6 +97,7 @@ run_units = ledger.runs.run_units_page
 run_events = ledger.runs.run_events
 error_groups = ledger.errors.error_groups
 error_groups_page = ledger.errors.error_groups_page
+failed_tenants = ledger.errors.failed_tenants
 unit_history = ledger.fleet.unit_history
 failure_streak = ledger.fleet.failure_streak
 stale_by_run = ledger.fleet.stale_counts_by_run

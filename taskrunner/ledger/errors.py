@@ -152,6 +152,16 @@ class ErrorReads:
             )
         return groups
 
+    def failed_tenants(self, run: TaskRun) -> int:
+        """How many tenants the run's failed units belong to, each once."""
+        return self.session.execute(
+            select(func.count(TaskRunUnit.tenant_id.distinct())).where(
+                TaskRunUnit.task_run_id == run.id,
+                TaskRunUnit.status == UnitStatus.FAILED,
+                not_deleted(TaskRunUnit),
+            )
+        ).scalar_one()
+
     def _reasons(self, run: TaskRun) -> Any:
         """The folded reasons of ``run``'s error groups, as a subquery."""
         other = aliased(TaskRunUnit)

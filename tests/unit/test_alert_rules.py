@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import event as sa_event
 from sqlalchemy import func, select, update
 
-from alerts import listeners, operators, rules
+from alerts import listeners, operators, rules, summaries
 from alerts.models import AlertDelivery, AlertEpisode, AlertMessage, AlertMute
 from database import utcnow
 from extensions import db
@@ -19,6 +19,7 @@ from taskrunner.contract import publishing
 from taskrunner.ledger import Actor, ledger
 from taskrunner.models import OutboxEvent
 from tests.alert_receivers import HttpReceiver, drain, relay_now
+from tests.web.backoffice_support import finished_run
 
 SECRET = "whsec-test-0123456789"
 
@@ -394,3 +395,27 @@ def test_a_failed_run_is_read_once_to_judge_its_event(alerting, controlled, rece
 
     assert len(reads) == 1, reads
     assert receiver.kinds() == ["opened", "resolved", "opened"]
+
+
+def test_a_failed_runs_alert_counts_each_tenant_once(ctx):
+    # Tenant 7 failed in two groups: one tenant affected, not two.
+    failing = {"a": "vendor timed out", "b": "address missing", "c": "vendor timed out"}
+    run_uuid = finished_run(
+        "tests.tenants", ["a", "b", "c", "d"], failing, {"a": 7, "b": 7, "c": 8}
+    )
+    payload = {
+        "run_uuid": run_uuid,
+        "type": "tests.tenants",
+        "status": "completed_with_failures",
+        "units_failed": 3,
+        "units_total": 4,
+        "units_completed": 1,
+    }
+
+    summary = summaries.run_failed(payload, ledger.runs.get_run(run_uuid))
+
+    assert summary["tenants"] == 2
+    assert {g["reason"]: g["count"] for g in summary["error_groups"]} == {
+        "vendor timed out": 2,
+        "address missing": 1,
+    }
