@@ -151,7 +151,9 @@ def redact(exc: BaseException) -> str:
     cls = type(exc)
     try:
         if is_domain_error(exc):
-            return bounded(_message(exc))
+            stored = bounded(_message(exc))
+            # A blank reason makes an error group that no link and no retry can name.
+            return stored if stored.strip() else bounded(cls.__name__)
         return f"unhandled {cls.__module__}.{cls.__qualname__} — see logs, ref {error_ref(exc)}"
     except Exception:
         logger.warning("A reason for %s could not be made", cls.__qualname__, exc_info=True)

@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 import pytest
 
 from diagnostics.probe import FAKE_SECRET
-from taskrunner.contract import operations
+from taskrunner import runner
+from taskrunner.contract import TaskReportableError, operations
 from taskrunner.types import TaskUnit
 from tests.web.backoffice_support import VIEW, browser, finished_run, make_user, sign_in
 from tests.web.tenant_api_support import make_tenant
@@ -285,3 +286,30 @@ def test_a_groups_json_export_is_streamed_page_by_page_in_its_documented_shape(
         "reason",
         "finished",
     }
+
+
+class Refusal(TaskReportableError):
+    pass
+
+
+def test_a_refusal_with_a_blank_message_makes_a_group_that_can_be_opened_and_retried(
+    inline_app, people, controlled
+):
+    def refuse(unit):
+        # Blank once its control characters are gone, or empty.
+        raise Refusal(" \x01\x02 " if unit.key == "k1" else "\t")
+
+    controlled.during = refuse
+    with inline_app.app_context():
+        run_uuid = runner.start(controlled.type(), {"units": 2}, "test").uuid
+    controlled.during = None
+    web = browser(inline_app)
+    sign_in(web, people["manager"])
+
+    page = web.get(f"/backoffice/task-runs/{run_uuid}/errors")
+    forms = [f for f in page.forms.values() if f.get("reason", default=None) is not None]
+    assert [f["reason"].value for f in forms] == ["Refusal"]
+    confirm = forms[0].submit("retry-group")
+    assert "<strong>2</strong> units" in confirm.text
+    group = web.get(f"/api/v1/backoffice/task-runs/{run_uuid}/units", {"reason": "Refusal"}).json
+    assert sorted(u["unit_key"] for u in group["units"]) == ["k1", "k2"]
