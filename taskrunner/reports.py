@@ -194,6 +194,7 @@ def comparison(c: Comparison) -> dict[str, Any]:
             {"reason": g.reason, "kind": g.kind, "where": g.where, "count": g.count}
             for g in c.new_groups
         ],
+        "new_error_groups_count": c.new_groups_count,
         "duration_seconds": {
             "run": round(c.durations[0], 1),
             "with": round(c.durations[1], 1),

@@ -339,6 +339,10 @@ SCHEMAS: dict[str, Any] = {
                     }
                 )
             ),
+            "new_error_groups_count": {
+                **COUNT,
+                "description": "Every new error group; `new_error_groups` lists the 50 biggest.",
+            },
             "duration_seconds": closed(
                 {
                     "run": {"type": "number"},
@@ -696,6 +700,7 @@ OPERATIONS: dict[str, Operation] = {
                             "count": 1,
                         }
                     ],
+                    "new_error_groups_count": 1,
                     "duration_seconds": {"run": 3.0, "with": 4.5, "change": -1.5},
                     "throughput_per_minute": {"run": 20000.0, "with": 13333.3},
                 },

@@ -51,6 +51,8 @@ class Comparison:
     # Seconds each run took (so far, for a running one) and units settled per minute.
     durations: tuple[float, float]
     throughputs: tuple[float | None, float | None]
+    # Every new group, the 50 biggest listed or not.
+    new_groups_count: int
 
 
 def _seconds(run: TaskRun, now: datetime) -> float:
@@ -184,7 +186,17 @@ class CompareReads:
         now = utcnow()
         durations = (_seconds(run, now), _seconds(other, now))
         throughputs = (_per_minute(run, durations[0]), _per_minute(other, durations[1]))
-        return Comparison(run, other, newly, recovered, still, new_groups, durations, throughputs)
+        return Comparison(
+            run,
+            other,
+            newly,
+            recovered,
+            still,
+            new_groups,
+            durations,
+            throughputs,
+            self.errors.count_groups(run, new_since=other),
+        )
 
     def _streaks(self, run: TaskRun, units: list[dict[str, Any]]) -> None:
         """Set ``failing_runs``: how many runs of the type in a row, up to this one, each

@@ -152,6 +152,15 @@ class ErrorReads:
             )
         return groups
 
+    def count_groups(self, run: TaskRun, new_since: TaskRun) -> int:
+        """How many of the run's error groups that run has not."""
+        return self.session.execute(
+            select(func.count(TaskRunUnit.reason_fold.distinct())).where(
+                *self._in_groups(TaskRunUnit, run),
+                TaskRunUnit.reason_fold.not_in(self._reasons(new_since)),
+            )
+        ).scalar_one()
+
     def failed_tenants(self, run: TaskRun) -> int:
         """How many tenants the run's failed units belong to, each once."""
         return self.session.execute(

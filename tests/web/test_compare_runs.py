@@ -188,3 +188,24 @@ def test_the_comparison_agrees_with_a_model_of_two_nights_across_many_windows(
     assert sorted(db_groups) == sorted(
         {normalize_reason(r) for r in tonight_failing.values()} - old_reasons
     )
+
+
+def test_the_comparison_counts_every_new_error_group_past_those_it_lists(app, viewer_web):
+    keys = [f"u{i}" for i in range(60)]
+    with app.app_context():
+        finished_run(TYPE, keys, {})
+        # Sixty reasons no fold makes one: vendor AA refused, vendor AB refused…
+        reasons = {
+            k: f"vendor {chr(65 + i // 26)}{chr(65 + i % 26)} refused" for i, k in enumerate(keys)
+        }
+        tonight = finished_run(TYPE, keys, reasons)
+
+    body = viewer_web.get(f"/api/v1/backoffice/task-runs/{tonight}/compare").json
+    page = viewer_web.get(f"/backoffice/task-runs/{tonight}/compare")
+
+    assert len(body["new_error_groups"]) == 50 and body["new_error_groups_count"] == 60
+    counts = {
+        div.select_one("dt").get_text(): div.select_one("dd").get_text(strip=True)
+        for div in page.html.select("dl.compare-counts > div")
+    }
+    assert counts["New error groups"] == "60"
