@@ -36,7 +36,7 @@ from taskrunner.registry import registry
 from taskrunner.soft_timeout import soft_timeouts
 from taskrunner.types import TaskDefinition
 from tasks import outages
-from tasks.interrupts import raise_if_stopping
+from tasks.interrupts import STRAY_SIGNAL_REASON, raise_if_stopping, stray_signal
 from tasks.queues import queues
 from tasks.routing import job
 
@@ -108,7 +108,10 @@ def contained_failure(
         raise_if_stopping(exc)
         db.session.rollback()
         logger.exception("%s failed", what)
-        return None, Failure.of(exc)
+        failure = Failure.of(exc)
+        if stray_signal(exc):
+            failure = Failure(STRAY_SIGNAL_REASON, failure.kind, failure.stack)
+        return None, failure
 
 
 def expired(

@@ -23,7 +23,8 @@ proves), so an upgrade that breaks one fails that test, not a consumer in produc
 - the stop signal (``STOP_HANDLER_MODULES``, ``watch_stop_signal``, ``tasks_in_flight``):
   the SIGTERM handler a process worker gets (``ProcessEnvironment.init_child``) is a
   function of ``huey.consumer``, installed before the worker's startup hooks run, and
-  interrupts only a worker whose ``Huey._tasks_in_flight`` is not empty;
+  interrupts only a worker whose ``Huey._tasks_in_flight`` is not empty; ``Consumer.stop``
+  sets the stop flag before it signals its workers (``consumer_stopping``);
 - the lean consumer (``LeanConsumer``): the loops of ``Worker`` and ``Scheduler``, and
   how ``Consumer`` makes, checks and times out its processes;
 - the result store's key names (``REVOKE_PREFIX``, ``rate_limit_windows``, ``lock_prefix``);
@@ -72,6 +73,10 @@ logger = logging.getLogger(__name__)
 STOP_HANDLER_MODULES = ("huey.consumer", __name__)
 REVOKE_PREFIX = "r:"
 _stop_signal_received = False
+# How long a worker that received SIGTERM waits for its consumer's stop flag: Huey's
+# consumer sets it before it signals its workers; a signal sent to every process of the
+# group at once reaches the consumer too, which sets it within its loop's tenth of a second.
+STOP_FLAG_GRACE_SECONDS = 2.0
 
 
 def enqueue_many(huey: Huey, tasks: list[Task]) -> None:
@@ -191,6 +196,14 @@ def watch_stop_signal() -> None:
 
     on_stop.notes_stop = True  # type: ignore[attr-defined]
     signal.signal(signal.SIGTERM, on_stop)
+
+
+def consumer_stopping() -> bool:
+    """Whether the consumer of the worker executing a task in this thread is stopping:
+    a SIGTERM it did not send (a job's ``os.kill(os.getpid(), SIGTERM)``) is no stop.
+    Outside a worker nothing tells otherwise, and the signal is taken as the stop."""
+    stop_flag = getattr(_executing, "stop_flag", None)
+    return stop_flag is None or bool(stop_flag.wait(STOP_FLAG_GRACE_SECONDS))
 
 
 def check_periodic_every(seconds: int) -> None:

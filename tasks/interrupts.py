@@ -11,7 +11,10 @@ context. A library may also re-raise the interrupt with its traceback cut off
 (psycopg raises ``ex.with_traceback(None)``, so an interrupt that lands in a
 statement no longer shows the handler's frame): every worker therefore notes the
 stop signal itself, before the handler runs (``huey_internals.watch_stop_signal``),
-and an interrupt in a process that received it is the stop whatever its traceback.
+and an interrupt in a process that received it is the stop whatever its traceback --
+provided the worker's consumer is stopping (``huey_internals.consumer_stopping``): a
+SIGTERM its consumer did not send (a job signalling its own process) would otherwise be
+handed back, run again and signal again, tens of thousands of times a minute.
 Any other ``BaseException`` -- a job calling ``sys.exit()``, or raising
 ``KeyboardInterrupt`` itself -- is that job's failure: handing it back would run it
 again, forever.
@@ -19,7 +22,9 @@ again, forever.
 
 from __future__ import annotations
 
-from tasks.huey_internals import STOP_HANDLER_MODULES, stop_signal_received
+from tasks.huey_internals import STOP_HANDLER_MODULES, consumer_stopping, stop_signal_received
+
+STRAY_SIGNAL_REASON = "stopped by a SIGTERM not sent by its consumer; not handed back"
 
 
 def _raised_by_stop_handler(exc: KeyboardInterrupt) -> bool:
@@ -31,6 +36,12 @@ def _raised_by_stop_handler(exc: KeyboardInterrupt) -> bool:
     return trace.tb_frame.f_globals.get("__name__") in STOP_HANDLER_MODULES
 
 
+def _signalled(exc: BaseException) -> bool:
+    return isinstance(exc, KeyboardInterrupt) and (
+        stop_signal_received() or _raised_by_stop_handler(exc)
+    )
+
+
 def consumer_stop(exc: BaseException) -> KeyboardInterrupt | None:
     """The consumer's stop signal: ``exc`` itself, or found behind it; else None."""
     seen: set[int] = set()
@@ -40,12 +51,16 @@ def consumer_stop(exc: BaseException) -> KeyboardInterrupt | None:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, KeyboardInterrupt) and (
-            stop_signal_received() or _raised_by_stop_handler(current)
-        ):
-            return current
+        if _signalled(current):
+            return current if consumer_stopping() else None
         pending += [current.__cause__, current.__context__]
     return None
+
+
+def stray_signal(exc: BaseException) -> bool:
+    """Whether ``exc``, found no stop, is a SIGTERM's interrupt all the same (its reason
+    is then ``STRAY_SIGNAL_REASON``)."""
+    return _signalled(exc)
 
 
 def raise_if_stopping(exc: BaseException) -> None:

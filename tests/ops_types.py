@@ -8,6 +8,8 @@ must be able to hold a unit past its threshold on a live worker.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -28,7 +30,8 @@ def _units(context: Mapping[str, Any]) -> Iterator[TaskUnit]:
 
 class SlowTask:
     """Each unit sleeps ``context["sleep"]`` seconds (unit ``context["long_key"]`` sleeps
-    ``context["long_sleep"]``)."""
+    ``context["long_sleep"]``; unit ``context["sigterm_key"]`` sends SIGTERM to its own
+    process first)."""
 
     def type(self) -> str:
         return SLOW
@@ -40,6 +43,8 @@ class SlowTask:
         seconds = float(context.get("sleep", 0))
         if unit.key == context.get("long_key"):
             seconds = float(context["long_sleep"])
+        if unit.key == context.get("sigterm_key"):
+            return lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(seconds))
         return lambda: time.sleep(seconds)
 
     def options(self) -> TaskOptions:

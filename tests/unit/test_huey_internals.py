@@ -648,3 +648,16 @@ def test_a_task_whose_revoke_check_meets_an_outage_still_runs(tmp_path, monkeypa
     internals.PatientWorker(huey, stop_flag, 0.1, 1.0, 1.1).loop()
 
     assert (ran, waits) == ([7], [0.5, 1.0])
+
+
+def test_hueys_consumer_sets_its_stop_flag_before_it_signals_its_workers(restored_signals):
+    # ``consumer_stopping``: a worker takes a SIGTERM for its consumer's stop only while
+    # the stop flag is set; Huey's consumer sets it first, on an immediate stop too.
+    consumer = Consumer(MemoryHuey("taskledger.test-internals"), workers=1, worker_type="process")
+    seen = []
+    consumer.environment.interrupt_workers = lambda procs: seen.append(consumer.stop_flag.is_set())
+
+    consumer.stop(graceful=False)
+
+    assert seen == [True]
+    assert internals.consumer_stopping()  # outside a worker: nothing tells otherwise

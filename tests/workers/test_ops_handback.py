@@ -10,10 +10,12 @@ from __future__ import annotations
 import signal
 
 import pytest
+from sqlalchemy import select
 
 from extensions import db
 from taskrunner import runner
 from taskrunner.ledger import ledger
+from taskrunner.models import TaskRunUnit
 from taskrunner.operations import run_report
 from tests import ops_types
 from tests.ops_types import EXTRA_MODULES, SLOW
@@ -69,3 +71,22 @@ def test_sigterm_mid_run_hands_units_back_and_a_new_consumer_completes_them_all(
     assert ledger.runs.run_actions(run) == []  # no retry: nobody had to do anything
     assert ledger.runs.count_events("tasks.unit.stuck", run) == 0
     assert ledger.runs.count_events("tasks.run.completed", run) == 1
+
+
+def test_a_job_that_sends_sigterm_to_its_own_worker_fails_its_unit_and_is_not_handed_back(
+    ops_ctx,
+):
+    consumer = ops_ctx.start("tasks", workers=2, **EXTRA_MODULES)
+    handle = runner.start(SLOW, {"units": 3, "sleep": 0.2, "sigterm_key": "u2"}, "test")
+
+    # Its consumer was not stopping: the signal is the job's doing, not a deploy's.
+    wait_for(lambda: run_status(handle.uuid) != "running", timeout=60, message="the run to close")
+    run = ledger.runs.get_run(handle.uuid)
+    assert (run.units_completed, run.units_failed) == (2, 1)
+    failed = db.session.execute(
+        select(TaskRunUnit).where(TaskRunUnit.task_run_id == run.id, TaskRunUnit.status == "failed")
+    ).scalar_one()
+    assert failed.unit_key == "u2" and failed.attempts == 1
+    assert "not sent by its consumer" in failed.last_error
+    assert "handed back on shutdown" not in ops_ctx.logs()
+    assert consumer.poll() is None  # the consumer serves on
