@@ -25,6 +25,8 @@ SECRET_KEY_FILE = "secret_key"
 MAX_RETENTION_DAYS = 36_500
 # A consumer silent for this many of its heartbeats is lost (tasks.presence).
 CONSUMER_LOST_AFTER_BEATS = 3
+# The shortest consumer heartbeat (seconds): each beat writes the consumer's row.
+MIN_CONSUMER_HEARTBEAT_SECONDS = 0.1
 # A live stream renews its lease (``live.streams``: due every 10 s, lapsing after 30 s) and
 # sees a client gone or a session ended only at a poll: a longer poll lets its lease lapse.
 LIVE_POLL_MAX_SECONDS = 10
@@ -71,11 +73,16 @@ def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) 
 
 
 def _float(
-    name: str, default: float, positive: bool = False, maximum: float | None = None
+    name: str,
+    default: float,
+    positive: bool = False,
+    maximum: float | None = None,
+    minimum: float = 0,
 ) -> float:
     """A number of zero or more; a period or a timeout (``positive``) is more than zero: a
-    loop would spin on it, or a socket give up before it began. ``maximum``: a span added
-    to now that would pass year 9999, which no date holds."""
+    loop would spin on it, or a socket give up before it began. ``minimum``: a period whose
+    loop writes each time (a microsecond spins as surely as zero). ``maximum``: a span
+    added to now that would pass year 9999, which no date holds."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -90,6 +97,8 @@ def _float(
         raise ConfigError(f"{name} must not be negative, got {raw!r}")
     if positive and value == 0:
         raise ConfigError(f"{name} must be more than 0, got {raw!r}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum:g}, got {raw!r}")
     if maximum is not None and value > maximum:
         raise ConfigError(f"{name} must be at most {maximum:g}, got {raw!r}")
     return value
@@ -265,9 +274,14 @@ class Config:
         # (taskrunner/ledger/hot.py says what a server crash can cost); "durable": they do.
         self.TASK_RUNNER_UNIT_COMMIT = env.get("TASK_RUNNER_UNIT_COMMIT", "fast")
         # Consumers register themselves and heartbeat every CONSUMER_HEARTBEAT_SECONDS; one
-        # silent for three beats is shown as lost, and forgotten after the retention.
+        # silent for three beats is shown as lost, and forgotten after the retention. Each
+        # beat is an upsert: a beat shorter than a tenth of a second is a loop of writes.
         self.CONSUMER_HEARTBEAT_SECONDS = _float(
-            "CONSUMER_HEARTBEAT_SECONDS", 10, positive=True, maximum=MAX_PERIOD_SECONDS
+            "CONSUMER_HEARTBEAT_SECONDS",
+            10,
+            positive=True,
+            maximum=MAX_PERIOD_SECONDS,
+            minimum=MIN_CONSUMER_HEARTBEAT_SECONDS,
         )
         self.CONSUMER_RETENTION_MINUTES = _int(
             "CONSUMER_RETENTION_MINUTES", 60, maximum=MAX_PERIOD_MINUTES

@@ -132,6 +132,16 @@ def test_a_consumer_refuses_a_period_beyond_a_century_on_one_line(tmp_path, sett
     assert_one_error_line(done, f"{setting} must be at most")
 
 
+def test_a_consumer_refuses_a_heartbeat_that_would_beat_without_pause_on_one_line(tmp_path):
+    from tasks.workers import consumer_command
+
+    done = run(
+        consumer_command("tasks", workers=1)[1:], tmp_path, CONSUMER_HEARTBEAT_SECONDS="1e-6"
+    )
+
+    assert_one_error_line(done, "CONSUMER_HEARTBEAT_SECONDS must be at least 0.1, got '1e-6'")
+
+
 def test_the_consumers_longest_periods_are_taken_and_a_consumer_beats_with_them(
     make_app, monkeypatch
 ):
@@ -195,6 +205,8 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         # A period at zero spins its loop, and makes every unit and consumer look lost.
         ("TASK_RUNNER_HEARTBEAT_SECONDS", "0", "must be at least 1, got '0'"),
         ("CONSUMER_HEARTBEAT_SECONDS", "0", "must be more than 0, got '0'"),
+        # Taken, it made each consumer's beat a loop of upserts with no pause in it.
+        ("CONSUMER_HEARTBEAT_SECONDS", "0.000001", "must be at least 0.1, got '0.000001'"),
         # A consumer's presence failed to start on them (a timedelta out of range), or never
         # registered (a cut-off before year 1): no consumer shown, every beat an error.
         ("CONSUMER_RETENTION_MINUTES", "100000000000000", "must be at most 52560000, got"),
