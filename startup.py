@@ -52,7 +52,7 @@ def configure_process_logging(target: str, level: str, setting: str = "LOG_FILE"
     """``configure_logging``, with a log file that cannot be opened (a folder, no
     permission) refused as ``setting``'s error rather than raised from deep in logging."""
     try:
-        configure_logging(target, level)
+        configure_logging(target, level, instance_log=setting == "INSTANCE_PATH")
     except OSError as exc:
         raise ConfigError(
             f"{setting}: cannot write the log file {target!r} ({exc.strerror or exc})"

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from security.files import private_file
+from security.files import private_file, private_log
 from security.refs import error_ref
 from security.sanitise import encodable
 from security.scrub import scrub
@@ -48,11 +48,15 @@ _render = logging.Formatter()
 _installed = False
 
 
-def configure_logging(target: str | None = None, level: str | int = "INFO") -> None:
+def configure_logging(
+    target: str | None = None, level: str | int = "INFO", instance_log: bool = False
+) -> None:
     """Route this process's logging through the scrubbing layer.
 
     ``target`` is a file path, or ``-`` / empty for stderr; it and ``level`` apply
-    only when the root logger has no handler yet.
+    only when the root logger has no handler yet. A file a setting names must be empty
+    or a log already (``private_log``); the instance's own (``instance_log``) is ours
+    whatever it holds.
     """
     global _installed
     if not _installed:
@@ -66,7 +70,8 @@ def configure_logging(target: str | None = None, level: str | int = "INFO") -> N
     if not target or target == "-":
         handler: logging.Handler = logging.StreamHandler()
     else:
-        handler = logging.FileHandler(private_file(Path(target)))
+        path = private_file(Path(target)) if instance_log else private_log(Path(target))
+        handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter(FORMAT))
     root.addHandler(handler)
     root.setLevel(level)

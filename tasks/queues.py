@@ -29,7 +29,7 @@ from redis import ConnectionPool
 
 from config import ConfigError
 from database import postgres_connect_args
-from security.files import private_file
+from security.files import private_database
 from tasks import presence
 from tasks.gated_jobs import skip_revoke_cleanup
 from tasks.huey_internals import (
@@ -82,7 +82,7 @@ def _huey_of_driver(app: Flask, queue: str) -> Huey:
     if driver == "sqlite":
         path = sqlite_queue_path(app)
         try:
-            filename = private_file(path)
+            filename = private_database(path)
             # A file replaced under a running consumer is noticed and reopened.
             return SqliteHuey(
                 name,

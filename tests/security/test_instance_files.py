@@ -56,15 +56,19 @@ def test_users_create_accepts_real_addresses(cli, email):
     assert result.exit_code == 0, result.output
 
 
-def flask(instance, *args: str) -> subprocess.CompletedProcess:
+def flask(instance, *args: str, **settings: str) -> subprocess.CompletedProcess:
+    return python(instance, "-m", "flask", "--app", "app", *args, **settings)
+
+
+def python(instance, *args: str, **settings: str) -> subprocess.CompletedProcess:
     env = {
         name: value
         for name, value in os.environ.items()
         if not name.startswith(("PYTEST", "DATABASE_", "QUEUE_", "REDIS_", "LOG_", "SECRET_"))
     }
-    env |= {"INSTANCE_PATH": str(instance), "PYTHONPATH": str(ROOT)}
+    env |= {"INSTANCE_PATH": str(instance), "PYTHONPATH": str(ROOT), **settings}
     return subprocess.run(
-        [sys.executable, "-m", "flask", "--app", "app", *args],
+        [sys.executable, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -113,3 +117,78 @@ def test_a_file_path_that_names_a_pipe_or_a_device_keeps_its_mode(tmp_path):
 
     assert private_file(pipe) == pipe
     assert stat.S_IMODE(pipe.stat().st_mode) == 0o666
+
+
+# A file of another program, named by mistake (as root, ``LOG_FILE=/etc/passwd`` left the
+# machine's accounts file 0600, and the log would have been appended to it).
+FOREIGN = "root:x:0:0:root:/root:/bin/bash\n"
+
+
+def foreign_file(path):
+    path.write_text(FOREIGN)
+    path.chmod(0o644)
+    return path
+
+
+def assert_untouched(path) -> None:
+    assert path.read_text() == FOREIGN
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_log_file_setting_naming_a_file_that_is_no_log_is_refused_and_left_as_it_is(tmp_path):
+    accounts = foreign_file(tmp_path / "passwd")
+
+    done = flask(tmp_path / "instance", "db", "upgrade", LOG_FILE=str(accounts))
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: LOG_FILE: cannot write the log file {str(accounts)!r}"), line
+    assert "not a log" in line, line
+    assert_untouched(accounts)
+
+
+def test_a_consumer_refuses_a_queue_file_setting_naming_a_file_that_is_no_database(tmp_path):
+    from tasks.workers import consumer_command
+
+    accounts = foreign_file(tmp_path / "passwd")
+
+    done = python(
+        tmp_path / "instance",
+        *consumer_command("tasks", workers=1)[1:],
+        QUEUE_DRIVER="sqlite",
+        QUEUE_SQLITE_PATH=str(accounts),
+        LOG_FILE="-",
+    )
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert f"QUEUE_SQLITE_PATH: cannot open the queue file {str(accounts)!r}" in line, line
+    assert "not an SQLite database" in line, line
+    assert_untouched(accounts)
+
+
+def test_a_file_with_another_hard_link_keeps_its_mode(tmp_path):
+    from security.files import private_file
+
+    log = tmp_path / "taskledger.log"
+    log.write_text("2026-12-04 23:26:38,123 INFO 1 taskledger: started\n")
+    log.chmod(0o644)
+    os.link(log, tmp_path / "elsewhere")  # the same file under another name: not only ours
+
+    assert private_file(log) == log
+    assert stat.S_IMODE(log.stat().st_mode) == 0o644
+
+
+def test_an_existing_log_of_ours_or_an_empty_one_outside_the_instance_is_used_and_tightened(
+    tmp_path,
+):
+    for name, text in [("ours.log", "2026-12-04 23:26:38,123 INFO 1 x: y\n"), ("new.log", "")]:
+        log = tmp_path / name
+        log.write_text(text)
+        log.chmod(0o644)
+
+        done = flask(tmp_path / "instance", "db", "upgrade", LOG_FILE=str(log))
+
+        assert done.returncode == 0, done.stderr
+        assert log.read_text().startswith(text)
+        assert stat.S_IMODE(log.stat().st_mode) == 0o600
