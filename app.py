@@ -14,6 +14,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from config import Config, ConfigError, instance_path, read_secret_key
 from database import bind_clock, configure_engine, engine_options, name_connections
 from extensions import csrf, db, login_manager
+from security.files import ForeignFile
 from startup import EntryCommands, refuse_config
 
 
@@ -76,7 +77,10 @@ def register_extensions(app: Flask) -> None:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"DATABASE_URL cannot be used: {reason}") from None
     with app.app_context():
-        configure_engine(db.engine)
+        try:
+            configure_engine(db.engine)
+        except ForeignFile as exc:
+            raise ConfigError(f"DATABASE_URL: {db.engine.url.database!r} is {exc}") from None
         name_connections(db.engine, app.config["DATABASE_APPLICATION_NAME"])
     bind_clock(app)
     login_manager.init_app(app)

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from security.files import private_file
+from security.files import private_database, refuse_foreign_database
 
 logger = logging.getLogger(__name__)
 
@@ -257,12 +257,15 @@ def configure_engine(engine: Engine) -> None:
         return
     database = engine.url.database
     if database and database != ":memory:" and not database.startswith("file:"):
+        # Another program's file named by mistake is refused before any connection opens
+        # it: it would be tightened, then fail every statement (``ForeignFile``).
+        refuse_foreign_database(Path(database))
 
         @event.listens_for(engine, "do_connect")
         def _private(_dialect, _record, _cargs, _cparams):
             # SQLite would create the file (and its -wal and -shm files, which take the
             # file's mode) readable by everyone under the usual umask.
-            private_file(Path(database))
+            private_database(Path(database))
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):

@@ -75,11 +75,17 @@ def private_database(path: Path) -> Path:
     Its header is read once a process, before any connection of it opens the file (see
     ``private_file`` on POSIX locks): a file this process has seen is not read again.
     """
-    _refuse_unless(path, lambda head: head.startswith(SQLITE_HEADER), "not an SQLite database")
+    refuse_foreign_database(path)
     private_file(path)
     info = path.stat()
     _read.add((info.st_dev, info.st_ino))  # made or found here: SQLite opens it next
     return path
+
+
+def refuse_foreign_database(path: Path) -> None:
+    """``ForeignFile`` when ``path`` is an existing file, not empty, without SQLite's header
+    (read as ``private_database`` reads it)."""
+    _refuse_unless(path, lambda head: head.startswith(SQLITE_HEADER), "not an SQLite database")
 
 
 def private_log(path: Path) -> Path:

@@ -167,6 +167,20 @@ def test_a_consumer_refuses_a_queue_file_setting_naming_a_file_that_is_no_databa
     assert_untouched(accounts)
 
 
+def test_a_database_url_naming_a_file_that_is_no_database_is_refused_and_left_as_it_is(
+    tmp_path,
+):
+    accounts = foreign_file(tmp_path / "passwd")
+
+    done = flask(tmp_path / "instance", "tasks", "status", DATABASE_URL=f"sqlite:///{accounts}")
+
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    said = f"{str(accounts)!r} is not an SQLite database; left as it is"
+    assert line == f"error: DATABASE_URL: {said}"
+    assert_untouched(accounts)
+
+
 def test_a_file_with_another_hard_link_keeps_its_mode(tmp_path):
     from security.files import private_file
 
