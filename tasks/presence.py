@@ -62,6 +62,8 @@ SLOT_BYTES = 256
 # The newest worker deaths a consumer's row keeps (its count keeps them all).
 KEPT_DEATHS = 20
 LOST_AFTER_BEATS = CONSUMER_LOST_AFTER_BEATS
+# How long a stop waits for a beat under way (one upsert, waiting for a busy database).
+STOP_WAIT_SECONDS = 10
 # A beat is one upsert; forgetting long-lost consumers is done at most once a minute.
 FORGET_EVERY = timedelta(minutes=1)
 
@@ -294,6 +296,10 @@ class Presence:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None:
+            # A beat under way would write the row again after the delete: a consumer
+            # stopped cleanly would be shown lost, three beats later.
+            self._thread.join(STOP_WAIT_SECONDS)
         try:
             with self.engine.begin() as conn:
                 table = ConsumerPresence.__table__

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+import threading
 import time
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 
 from database import utcnow
 from extensions import db
@@ -18,6 +20,7 @@ from taskrunner.jobs import run_unit
 from taskrunner.ledger import ledger
 from taskrunner.models import OperatorAction, TaskRun, TaskRunUnit, UnitThroughput
 from tasks.presence import Board, ConsumerPresence, Presence
+from tests.conftest import BACKEND
 from tests.web.backoffice_support import finished_run
 
 
@@ -350,3 +353,40 @@ def test_a_consumer_started_before_its_ledger_answers_registers_once_it_does(bas
         ledger_db.dispose()
     with ledger_db.connect() as conn:
         assert conn.execute(select(func.count()).select_from(ConsumerPresence)).scalar() == 0
+
+
+def test_a_consumer_stopped_while_its_heartbeat_waits_for_the_database_leaves_no_row(make_app):
+    if BACKEND != "sqlite":
+        pytest.skip("holds the SQLite file's write lock")
+    app = make_app(CONSUMER_HEARTBEAT_SECONDS=0.1)
+    with app.app_context():
+        presence = Presence(app, ["tasks"], "process", 1, Board(2))
+        said: list[tuple[str, str, str]] = []
+
+        def note(when: str):
+            def listener(_conn, _cursor, statement, *_args) -> None:
+                said.append((when, threading.current_thread().name, statement.split()[0]))
+
+            return listener
+
+        event.listen(presence.engine, "before_cursor_execute", note("sent"))
+        event.listen(presence.engine, "after_cursor_execute", note("done"))
+        presence.start()
+        holder = sqlite3.connect(db.engine.url.database, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        time.sleep(0.5)  # the next beat waits for the lock, inside its upsert
+        stopping = threading.Thread(target=presence.stop, name="stop")
+        stopping.start()
+        time.sleep(0.3)
+        holder.execute("COMMIT")
+        holder.close()
+        stopping.join(timeout=30)
+        time.sleep(0.3)
+
+        # The stop's delete comes after the beat under way: it would write the row again,
+        # a consumer stopped cleanly shown lost three beats later.
+        deleted = said.index(("sent", "stop", "DELETE"))
+        assert [s for s in said[deleted:] if s[1] == "consumer-presence"] == []
+        db.session.rollback()
+        rows = db.session.execute(select(func.count()).select_from(ConsumerPresence))
+        assert rows.scalar() == 0
