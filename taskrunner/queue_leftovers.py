@@ -62,11 +62,11 @@ def _clear_queue(huey: Any, finished_runs: set[str], finished_dispatches: set[st
         for pair, names in unit_keys.items():
             if pair not in live:
                 doomed.extend(names)
-    delete_many(huey, doomed)
+    removed = delete_many(huey, doomed)
     for key in doomed:
         if key in windows:
             huey.storage.delete_counter(windows[key])
-    return len(doomed)
+    return removed
 
 
 def _window_passed(huey: Any, key: str) -> bool:

@@ -126,15 +126,13 @@ def revoke_many(huey: Huey, task_ids: Iterable[str], batch: int = 1000) -> None:
             pipe.execute()
 
 
-def delete_many(huey: Huey, keys: Iterable[str], batch: int = 1000) -> None:
-    """``Huey.delete`` of every result-store key: on Redis, one ``HDEL`` per batch."""
+def delete_many(huey: Huey, keys: Iterable[str], batch: int = 1000) -> int:
+    """``Huey.delete`` of every result-store key: on Redis, one ``HDEL`` per batch. Return
+    how many were there to delete (another process may have deleted some first)."""
     storage = huey.storage
     if huey.immediate or not isinstance(storage, RedisStorage):
-        for key in keys:
-            huey.delete(key)
-        return
-    for names in batched(keys, batch):
-        storage.conn.hdel(storage.result_key, *names)
+        return sum(bool(huey.delete(key)) for key in keys)
+    return sum(storage.conn.hdel(storage.result_key, *names) for names in batched(keys, batch))
 
 
 def batched(items: Iterable[str], size: int) -> Iterator[list[str]]:

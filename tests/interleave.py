@@ -27,7 +27,9 @@ class Hold:
     """Hold thread ``name`` at its first statement matching ``match`` until ``release()``.
 
     ``at="commit"`` holds it instead right before it commits, once ``match`` has matched
-    one of its statements.
+    one of its statements; ``at="begin"`` before it takes a connection for its next
+    transaction (on SQLite, before it asks for the write lock: held inside a transaction,
+    it would keep every other writer out).
     """
 
     def __init__(
@@ -43,14 +45,20 @@ class Hold:
 
     def _statement(self, conn, cursor, statement, parameters, context, executemany) -> None:
         if self._mine() and self.match(statement):
-            if self.at == "commit":
+            if self.at in ("commit", "begin"):
                 self._armed = True
             else:
                 self._hold(conn)
 
     def _commit(self, conn) -> None:
-        if self._mine() and self._armed:
+        if self.at == "commit" and self._mine() and self._armed:
             self._hold(conn)
+
+    def _checkout(self, dbapi_connection, record, proxy) -> None:
+        if self.at == "begin" and self._mine() and self._armed:
+            self.reached.set()
+            if not self._go.wait(WAIT):
+                raise TimeoutError(f"{self.name} was never released")
 
     def _hold(self, conn: Connection) -> None:
         self.reached.set()
@@ -72,12 +80,14 @@ class Hold:
     def __enter__(self) -> Hold:
         event.listen(self.engine, "before_cursor_execute", self._statement)
         event.listen(self.engine, "commit", self._commit)
+        event.listen(self.engine, "checkout", self._checkout)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
         event.remove(self.engine, "before_cursor_execute", self._statement)
         event.remove(self.engine, "commit", self._commit)
+        event.remove(self.engine, "checkout", self._checkout)
 
 
 @contextmanager

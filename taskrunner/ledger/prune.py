@@ -72,12 +72,18 @@ class Pruning:
             report.events += self._delete_rows_of(OutboxEvent, ids, row_batch)
             report.actions += self._delete_rows_of(OperatorAction, ids, row_batch)
             with write_transaction(self.session):
-                self.session.execute(
-                    delete(TaskRun)
-                    .where(TaskRun.id.in_(ids))
-                    .execution_options(synchronize_session=False)
+                # A prune running at once may have finished these runs first (hidden runs
+                # still match): the report counts what this one deleted, not what it hid.
+                deleted = set(
+                    self.session.execute(
+                        delete(TaskRun)
+                        .where(TaskRun.id.in_(ids))
+                        .returning(TaskRun.id)
+                        .execution_options(synchronize_session=False)
+                    ).scalars()
                 )
-            report.runs += len(ids)
+            rows = [row for row in rows if row.id in deleted]
+            report.runs += len(rows)
             report.run_uuids.extend(row.uuid for row in rows)
             report.dispatch_uuids.extend(
                 str(row.context["dispatch_uuid"])

@@ -143,9 +143,12 @@ def test_a_bulk_delete_removes_those_result_keys_and_no_other(redis_huey, tmp_pa
     for n in range(5):
         huey.revoke_by_id(f"u{n}.abc")
 
-    internals.delete_many(huey, [f"{internals.REVOKE_PREFIX}u{n}.abc" for n in range(4)], 3)
+    keys = [f"{internals.REVOKE_PREFIX}u{n}.abc" for n in (0, 1, 2, 3, 9)]  # no u9 key
+
+    assert internals.delete_many(huey, keys, 3) == 4
 
     assert list(huey.storage.result_items()) == [f"{internals.REVOKE_PREFIX}u4.abc"]
+    assert internals.delete_many(huey, keys, 3) == 0
 
 
 # -- the periodic tasks' slots -----------------------------------------------------------

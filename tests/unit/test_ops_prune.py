@@ -13,6 +13,7 @@ from taskrunner import runner
 from taskrunner.ledger import ledger
 from taskrunner.models import OperatorAction, OutboxEvent, TaskRun, TaskRunUnit
 from tasks.queues import queues
+from tests.interleave import Hold, InThread
 from tests.support import drain
 
 
@@ -152,3 +153,54 @@ def test_a_prune_whose_queues_are_down_is_recorded_and_said_in_one_line(make_app
             select(OperatorAction).where(OperatorAction.action == "prune")
         ).all()
         assert (action.detail["runs"], action.detail["queue_keys"]) == (1, 0)
+
+
+def hides_runs(statement: str) -> bool:
+    return statement.startswith("UPDATE task_runs SET") and "deleted_at=" in statement
+
+
+def test_two_prunes_at_once_record_between_them_what_was_deleted_once(fleet, app):
+    # Prune A hides the old runs, then is held before it deletes anything; prune B finds
+    # the hidden runs (a prune that died midway is finished by the next one) and deletes
+    # them. A deleted nothing after that, yet recorded the runs it had hidden.
+    with Hold(db.engine, "prune-a", hides_runs, at="begin") as hold:
+        first = InThread(app, "prune-a", runner.prune)
+        hold.wait_reached()
+        second = InThread(app, "prune-b", runner.prune)
+        second.join()
+        hold.release()
+        first.join()
+    assert second.error is None, second.error
+    assert first.error is None
+
+    db.session.rollback()
+    details = [
+        action.detail
+        for action in db.session.scalars(
+            select(OperatorAction).where(OperatorAction.action == "prune")
+        )
+    ]
+    assert len(details) == 2
+    assert sum(d["runs"] for d in details) == 2
+    assert sum(d["units"] for d in details) == 7
+    assert sum(d["queue_keys"] for d in details) == 4
+    assert sorted(first.result.run_uuids + second.result.run_uuids) == sorted(
+        [fleet["old"], fleet["cancelled"]]
+    )
+
+
+def reads_live_unit_tokens(statement: str) -> bool:
+    return statement.startswith("SELECT task_run_units.id, task_run_units.dispatch_token")
+
+
+def test_two_prunes_clearing_the_queues_at_once_count_each_key_once(fleet, app):
+    # Both listed the revoke keys of the cancelled run; B removed them while A was held.
+    with Hold(db.engine, "prune-a", reads_live_unit_tokens) as hold:
+        first = InThread(app, "prune-a", runner.prune)
+        hold.wait_reached()
+        second = InThread(app, "prune-b", runner.prune)
+        second.join()
+        hold.release()
+        first.join()
+    assert first.error is None and second.error is None
+    assert first.result.queue_keys + second.result.queue_keys == 4
