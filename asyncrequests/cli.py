@@ -43,7 +43,7 @@ def create_command(tenant_id: int, name: str) -> None:
 @token_cli.command("revoke")
 @click.argument("token_id")
 def revoke_command(token_id: str) -> None:
-    """Revoke a token by its id (as listed) or by the token itself."""
+    """Revoke a token by its id (as listed) or by the token itself (its secret must match)."""
     try:
         public_id, revoked = tokens.revoke(token_id)
     except AsyncRequestError as exc:

@@ -125,7 +125,7 @@ def authenticate(token: str | None) -> int | None:
 
 
 def revoke(identifier: str) -> tuple[str, bool]:
-    """Revoke a token by its public id (or the whole token).
+    """Revoke a token by its public id (or the whole token, whose secret must match).
 
     Returns its public id and whether this call revoked it (False: it already was).
     """
@@ -133,6 +133,7 @@ def revoke(identifier: str) -> tuple[str, bool]:
     if token_id is None and identifier.lower().startswith(f"{PREFIX}_"):
         # A token mistyped or cut short: the refusal must not repeat its secret.
         raise UnknownToken(f"not a token ({PREFIX}_<12 hex characters>_<secret>) nor a token id")
+    whole = token_id is not None
     # An id as listed (hex, stored in lower case) is the same id in capitals.
     token_id = token_id or identifier.lower()
     with write_transaction(db.session):
@@ -141,6 +142,9 @@ def revoke(identifier: str) -> tuple[str, bool]:
         ).scalar_one_or_none()
         if row is None:
             raise UnknownToken(f"no token {token_id}")
+        if whole and not hmac.compare_digest(row.secret_hash, _digest(identifier)):
+            # A forged or mistyped secret with a listed id must not revoke a client's token.
+            raise UnknownToken(f"the secret is not that of token {token_id}; nothing revoked")
         if row.revoked_at is not None:
             return token_id, False
         row.revoked_at = utcnow()

@@ -110,3 +110,22 @@ def test_revoking_by_a_mistyped_token_never_shows_its_secret(app, cli):
     webtest.TestApp(app).get(
         "/api/v1/async-requests/" + "0" * 36, headers=bearer(token), status=404
     )
+
+
+def test_revoking_by_a_whole_token_whose_secret_does_not_match_revokes_nothing(app, cli):
+    tenant_id = tenant(app)
+    token = cli.invoke(args=["tenants", "token", "create", str(tenant_id)]).stdout.split()[-1]
+    prefix, token_id, secret = token.split("_", 2)
+    forged = f"{prefix}_{token_id}_{'A' if secret[0] != 'A' else 'B'}{secret[1:]}"
+
+    result = cli.invoke(args=["tenants", "token", "revoke", forged])
+
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == f"error: the secret is not that of token {token_id}; nothing revoked\n"
+    webtest.TestApp(app).get(
+        "/api/v1/async-requests/" + "0" * 36, headers=bearer(token), status=404
+    )
+    assert cli.invoke(args=["tenants", "token", "revoke", token]).exit_code == 0
+    # Once revoked, a forged secret is still not told apart by what it revoked.
+    again = cli.invoke(args=["tenants", "token", "revoke", forged])
+    assert again.exit_code == 1 and "already" not in again.stderr
