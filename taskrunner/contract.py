@@ -24,6 +24,8 @@ job's ``on_stop`` (its work handed back when a consumer stops), and the stale ru
 
 from __future__ import annotations
 
+from flask import current_app
+
 from taskrunner import live_probes, metrics, operations
 from taskrunner.events import Event, declare, known_events, subscribe
 from taskrunner.failures import register_vendor_error
@@ -39,7 +41,7 @@ from taskrunner.redaction import (
     register_domain_error,
     store_reason,
 )
-from taskrunner.registry import registry
+from taskrunner.registry import DefinitionError, check_definition, registry
 from taskrunner.runner import start as start_run
 from taskrunner.single import tracked_job
 from taskrunner.tenant_scope import bind as bind_tenant_context
@@ -73,6 +75,7 @@ __all__ = [
     "ACTIVE_UNIT",
     "TERMINAL_RUN",
     "ContextError",
+    "DefinitionError",
     "Event",
     "Cron",
     "Every",
@@ -131,5 +134,8 @@ unit_in_flight = ledger.runs.unit_in_flight
 
 
 def register(definition: TaskDefinition) -> None:
-    """Register a task type on the app in context; call it from a module's ``init_app``."""
+    """Register a task type on the app in context; call it from a module's ``init_app``.
+
+    ``DefinitionError`` (a ``ConfigError``) for a type the runner cannot honour."""
+    check_definition(definition, current_app.config)
     registry.register(definition)

@@ -7,12 +7,15 @@ context, for the runner's modules that read it while they work.
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from flask import Flask, current_app
 from werkzeug.local import LocalProxy
 
+from config import ConfigError
 from taskrunner.types import Refused, TaskDefinition
+from tasks.routing import QUEUE_NAMES
 
 EXTENSION = "taskrunner.registry"
 
@@ -41,6 +44,28 @@ class TaskTypeRegistry:
 
     def definitions(self) -> list[TaskDefinition]:
         return [self._types[t] for t in self.types()]
+
+
+class DefinitionError(ConfigError):
+    """A task type whose options the runner cannot honour: its module's mistake, found when
+    the app starts (one error line, as for a setting), not by its first run."""
+
+
+def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> None:
+    """Refuse a type whose queue no consumer serves, or whose units would read stuck while
+    they still run (SPEC §10: its stuck threshold must be above its job timeout)."""
+    type_, options = definition.type(), definition.options()
+    if options.queue not in QUEUE_NAMES:
+        raise DefinitionError(
+            f"task type {type_[:80]!r}: queue {options.queue[:40]!r} is not one of "
+            f"{', '.join(QUEUE_NAMES)}"
+        )
+    minutes = options.stuck_after_minutes or config["TASK_RUNNER_STUCK_AFTER_MINUTES"]
+    if minutes * 60 <= options.timeout:
+        raise DefinitionError(
+            f"task type {type_[:80]!r}: stuck_after_minutes ({minutes}) must be above its "
+            f"timeout ({options.timeout} s), or its units would read stuck while they run"
+        )
 
 
 def init_app(app: Flask) -> None:

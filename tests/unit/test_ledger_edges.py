@@ -26,7 +26,7 @@ from taskrunner.jobs import EXPIRED, GATE_PAUSES
 from taskrunner.ledger import ledger
 from taskrunner.models import TaskRun, TaskRunUnit
 from tasks.queues import queues
-from tests.ops_types import HELD, THROTTLED, HeldTask, ThrottledTask
+from tests.ops_types import HELD, THROTTLED, HeldTask, ThrottledTask, register_unchecked
 from tests.support import drain, see_logs, wait_for
 
 
@@ -245,7 +245,8 @@ def test_superseded_throttled_jobs_spend_no_rate_limit_slot(make_app):
 def test_an_old_job_still_running_does_not_keep_the_retried_attempt_alive(make_app):
     app = make_app(TASK_RUNNER_HEARTBEAT_SECONDS=0.2)
     held = HeldTask()
-    make_app.register(held)
+    with app.app_context():
+        register_unchecked(held)
     try:
         with app.app_context():
             handle = runner.start(HELD, {"units": 1}, "test")

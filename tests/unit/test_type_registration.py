@@ -1,0 +1,68 @@
+"""A task type is checked when it is registered: its queue exists, and its stuck threshold
+is above its job timeout (SPEC §10), or its live units would be recovered as stuck."""
+
+from __future__ import annotations
+
+import pytest
+
+from config import ConfigError
+from taskrunner.contract import TaskOptions, register
+from taskrunner.registry import registry
+from tests.factories import ControlledTask
+from tests.unit.test_config_errors import assert_one_error_line, run
+
+
+class Declared(ControlledTask):
+    def __init__(self, type_: str, **options) -> None:
+        super().__init__(type_)
+        self.declared = options
+
+    def options(self) -> TaskOptions:
+        return TaskOptions(**self.declared)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"stuck_after_minutes": 5, "timeout": 600}, "stuck_after_minutes (5) must be above"),
+        ({"stuck_after_minutes": 10, "timeout": 600}, "stuck_after_minutes (10) must be above"),
+        # No threshold of its own: TASK_RUNNER_STUCK_AFTER_MINUTES (60) is its threshold.
+        ({"timeout": 3600}, "stuck_after_minutes (60) must be above its timeout (3600 s)"),
+        ({"queue": "i0", "timeout": 60}, "queue 'i0' is not one of default, tasks, builder"),
+        ({"queue": "q" * 600, "timeout": 60}, "queue 'qqqq"),
+    ],
+)
+def test_a_type_that_breaks_the_rules_is_refused_at_registration_naming_it(ctx, options, named):
+    with pytest.raises(ConfigError) as refused:
+        register(Declared("deploy.report", **options))
+
+    message = refused.value.format_message()
+    assert message.startswith("task type 'deploy.report': ") and named in message
+    assert len(message) < 300
+    assert registry.find("deploy.report") is None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"stuck_after_minutes": 11, "timeout": 600},
+        {"timeout": 3599},
+        {"queue": "long-job", "stuck_after_minutes": 400, "timeout": 18000},
+    ],
+)
+def test_a_type_within_the_rules_registers(ctx, options):
+    register(Declared("deploy.report", **options))
+
+    assert registry.find("deploy.report") is not None
+
+
+def test_a_deployments_module_with_such_a_type_stops_the_cli_in_one_line(tmp_path):
+    done = run(
+        ["-m", "flask", "--app", "app", "tasks", "status"],
+        tmp_path,
+        TASKLEDGER_EXTRA_MODULES="tests.misdeclared_types",
+    )
+
+    assert_one_error_line(
+        done, "task type 'deploy.nightly_export'", "stuck_after_minutes (5)", "(600 s)"
+    )
