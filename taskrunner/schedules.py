@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,16 +40,18 @@ from taskrunner import console
 from taskrunner.ledger import ledger
 from taskrunner.ledger.schedule_reads import HANDED_BACK, by_scheduler
 from taskrunner.models import ScheduleState
+from taskrunner.schedule_views import ScheduleView, SlotView
 from taskrunner.types import RunStatus
 from tasks.routing import PeriodicSpec, routes
-from tasks.schedules import Schedule, newest_slots
+from tasks.schedules import Schedule, count_slots, newest_slots, slots_between
 
 STRIP = 14
 DETAIL = 100
 BADGE_WINDOW = timedelta(hours=24)
 logger = logging.getLogger(__name__)
-# Unclaimed slots a read or a watch looks at, at most (a year of a 5-minute schedule is
-# 105,000: the newest are enough to show, and a watch writes the rest at its next turns).
+# Unclaimed slots a read lists or a watch writes, at most (a year of a 5-minute schedule
+# is 105,000): a read lists the newest, a watch writes the oldest and the rest at its next
+# turns. The day's missed slots are counted, not listed (a 60 s schedule has 1,440).
 UNCLAIMED_CAP = 1000
 EPSILON = timedelta(microseconds=1)
 RUN_STATES = {
@@ -64,42 +65,6 @@ RUN_STATES = {
 
 class UnknownSchedule(LookupError):
     """No periodic schedule of that name is declared."""
-
-
-@dataclass(frozen=True)
-class SlotView:
-    slot_at: datetime
-    state: str
-    host: str | None = None
-    enqueued_at: datetime | None = None
-    claimed_at: datetime | None = None
-    finished_at: datetime | None = None
-    run_uuid: str | None = None
-    reason: str | None = None
-    initiator: str | None = None
-
-
-@dataclass(frozen=True)
-class ScheduleView:
-    name: str
-    starts: str  # "run payments.monthly_statements" or "job taskrunner.prune"
-    rule: str  # in words
-    expression: str
-    timezone: str
-    grace_seconds: int
-    paused: bool
-    paused_by: str | None
-    paused_at: datetime | None
-    next_due_at: datetime | None
-    first_known_at: datetime | None
-    missed: int  # slots missed in the last 24 h
-    missed_from: datetime | None  # the open missed episode's first slot
-    slots: list[SlotView]  # newest first
-    unclaimed_missed: list[datetime]  # missed slots with no row yet, oldest first
-
-    @property
-    def last_slot(self) -> SlotView | None:
-        return self.slots[0] if self.slots else None
 
 
 def names() -> list[str]:
@@ -177,13 +142,17 @@ def _view(
     grace = _grace(spec, config)
     recorded = [_recorded(row, runs, grace) for row in rows]
     unclaimed: list[datetime] = []
+    paused_at = state.paused_at if state is not None else None
+    missed_today = 0
     if state is not None:
         start = max(state.first_known_at, anchor or state.first_known_at)
         # Only run-now rows are newer than the anchor; one from before they were kept off
         # the schedule's slots may sit on one.
         ran = {row.slot for row in rows}
         unclaimed = [at for at in _unclaimed(schedule, start, now - grace, config) if at not in ran]
-    paused_at = state.paused_at if state is not None else None
+        until = now - grace if paused_at is None else min(now - grace, paused_at - EPSILON)
+        since = max(start, now - BADGE_WINDOW - EPSILON)
+        missed_today = count_slots(schedule, since, until, config, ran)
     computed = [
         SlotView(at, "paused" if paused_at is not None and at >= paused_at else "missed")
         for at in unclaimed
@@ -203,7 +172,7 @@ def _view(
         paused_at=paused_at,
         next_due_at=_next_due(schedule, anchor_due, now, config),
         first_known_at=state.first_known_at if state is not None else None,
-        missed=missed_rows + sum(1 for at in missed_now if at >= now - BADGE_WINDOW),
+        missed=missed_rows + missed_today,
         missed_from=state.missed_from if state is not None else None,
         slots=slots,
         unclaimed_missed=missed_now,
@@ -285,7 +254,8 @@ def watch(now: datetime | None = None) -> int:
             last = newest[name][0] if newest[name] else None
             if last is not None and by_scheduler(last.initiator):
                 until = max(until, min(now, last.slot - EPSILON))
-            found[name] = (sorted({*_gap(spec, state, until), *never_taken}), until)
+            gap, reached = _gap(spec, state, until)
+            found[name] = (sorted({*gap, *never_taken}), reached)
     finally:
         ledger.session.rollback()
     return sum(
@@ -314,18 +284,22 @@ def end_lost_bodies(now: datetime | None = None) -> int:
     return len(ended)
 
 
-def _gap(spec: PeriodicSpec, state: ScheduleState, until: datetime) -> list[datetime]:
+def _gap(
+    spec: PeriodicSpec, state: ScheduleState, until: datetime
+) -> tuple[list[datetime], datetime]:
     """The slots of ``spec`` from where the watch stopped to ``until`` that no row holds
-    (a paused schedule's excepted)."""
+    (a paused schedule's excepted), the oldest ``UNCLAIMED_CAP``, and how far they reach:
+    a long silence is written from its first slot (its episode's start), over turns."""
     start = max(state.first_known_at, state.watched_until or state.first_known_at)
     if until <= start:
-        return []
-    have = ledger.schedules.slots_in(spec.name, start, until)
-    return [
-        at
-        for at in _unclaimed(spec.schedule, start, until, current_app.config)
-        if at not in have and (state.paused_at is None or at < state.paused_at)
+        return [], until
+    found = slots_between(spec.schedule, start, until, current_app.config, UNCLAIMED_CAP)
+    reached = found[-1] if len(found) == UNCLAIMED_CAP else until
+    have = ledger.schedules.slots_in(spec.name, start, reached)
+    missing = [
+        at for at in found if at not in have and (state.paused_at is None or at < state.paused_at)
     ]
+    return missing, reached
 
 
 def settle_gap(name: str, slot: datetime, now: datetime | None = None) -> int:
@@ -336,9 +310,15 @@ def settle_gap(name: str, slot: datetime, now: datetime | None = None) -> int:
     spec = routes.periodic.get(name)
     if spec is None or spec.schedule.first_after(slot - EPSILON, current_app.config) != slot:
         return 0
-    try:
-        state = ledger.schedules.states().get(name)
-        missing = _gap(spec, state, slot - EPSILON) if state is not None else []
-    finally:
-        ledger.session.rollback()
-    return ledger.schedules.mark_missed(name, missing, now=now)
+    written, reached = 0, None
+    while reached != slot - EPSILON:  # a long silence, a chunk at a time, oldest first
+        try:
+            state = ledger.schedules.states().get(name)
+            if state is None:
+                return written
+            missing, reached = _gap(spec, state, slot - EPSILON)
+        finally:
+            ledger.session.rollback()
+        more = reached != slot - EPSILON  # then the next chunk starts past this one
+        written += ledger.schedules.mark_missed(name, missing, reached if more else None, now)
+    return written

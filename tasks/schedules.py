@@ -188,6 +188,28 @@ def slots_between(
     return found
 
 
+def count_slots(
+    schedule: Schedule,
+    after: datetime,
+    until: datetime,
+    config: Mapping[str, Any],
+    taken: set[datetime],
+) -> int:
+    """How many slots begin in (``after``, ``until``], a day at most, less those ``taken``:
+    an interval's are counted, not listed (a 1 s schedule has 86,400 a day)."""
+    if until <= after:
+        return 0
+    period = schedule.period(config)
+    if not period:  # a crontab's slots are a minute apart at least
+        return len(set(slots_between(schedule, after, until, config, 24 * 60 + 1)) - taken)
+    total = int(_epoch(until) // period) - int(_epoch(after) // period)
+    return total - sum(1 for at in taken if after < at <= until and _epoch(at) % period == 0)
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.replace(tzinfo=UTC).timestamp()
+
+
 def newest_slots(
     schedule: Schedule, after: datetime, until: datetime, config: Mapping[str, Any], limit: int
 ) -> list[datetime]:

@@ -757,3 +757,61 @@ def test_the_stuck_sweep_by_hand_ends_lost_slot_bodies_and_writes_missed_slots(c
     )
     shown = dict(states(schedules.schedule(SWEEP)))
     assert (shown[now - PERIOD], shown[held]) == ("failed", "missed")
+
+
+def test_a_minute_schedule_silent_for_two_days_counts_each_slot_it_missed_in_24_hours(ctx):
+    # Every 60 s: 1,440 slots a day, past the 1,000 a read or a watch looks at. Before, the
+    # page and the CLI said "1000 missed in 24 h" for them, and a watch wrote the newest
+    # 1,000 missed and never the slots before: its episode read "missing since" 17 hours
+    # after the schedule stopped, and the day's count stayed 1,000.
+    name = "taskrunner.relay_events"
+    ledger.schedules.register([name], now=T0 - timedelta(minutes=1))
+    ran(name, T0)
+    now = T0 + timedelta(days=2, seconds=30)
+    grace = schedules.schedule(name, now=now).grace_seconds
+    day = [
+        T0 + timedelta(minutes=k)
+        for k in range(1, 3 * 24 * 60)
+        if now - timedelta(hours=24) <= T0 + timedelta(minutes=k) <= now - timedelta(seconds=grace)
+    ]
+    assert len(day) > 1_000
+
+    assert schedules.schedule(name, now=now).missed == len(day)
+
+    for turn in range(4):  # a watch writes 1,000 at most, the oldest first
+        schedules.watch(now=now + timedelta(seconds=turn))
+    view = schedules.schedule(name, now=now + timedelta(seconds=4))
+    assert view.missed == len(day)
+    assert view.missed_from == T0 + timedelta(minutes=1)
+    silent = (now - timedelta(seconds=grace) - T0) // timedelta(minutes=1)
+    assert ledger.schedules.states()[name].missed_slots == silent
+    shown = ctx.test_cli_runner().invoke(args=["schedules", "show", name]).output
+    assert f"; {len(day)} missed in 24 h" in shown
+
+
+def test_a_minute_schedule_back_after_two_days_settles_every_slot_it_missed_in_one_episode(ctx):
+    # Its first slot back settles the silence before it at once. Before, only its newest
+    # 1,000 slots: the episode read 1,000 missed, from 17 hours after it began.
+    name = "taskrunner.relay_events"
+    got: list[dict] = []
+
+    def hear(event) -> None:
+        if event["payload"]["schedule"] == name:
+            got.append(dict(event))
+
+    for event_name in ("tasks.schedule.missed", "tasks.schedule.recovered"):
+        events.subscribe(event_name, hear)
+    ledger.schedules.register([name], now=T0 - timedelta(minutes=1))
+    ran(name, T0)
+    back = T0 + timedelta(days=2)
+    keeper = slot_keeper.LedgerSlotKeeper()
+    assert keeper.claim(name, back, "host-a:1", back, "schedule")
+    keeper.finished(name, back, None, None)
+
+    silent = 2 * 24 * 60 - 1
+    assert ledger.schedules.missed_since([name], T0)[name] == silent
+    assert [(e["name"], e["payload"].get("slot_at")) for e in got] == [
+        ("tasks.schedule.missed", "2026-03-01T12:01:00Z"),
+        ("tasks.schedule.recovered", None),
+    ]
+    assert got[1]["payload"]["missed_slots"] == silent
