@@ -52,9 +52,15 @@ class DefinitionError(ConfigError):
 
 
 def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> None:
-    """Refuse a type whose queue no consumer serves, or whose units would read stuck while
-    they still run (SPEC §10: its stuck threshold must be above its job timeout)."""
+    """Refuse a type registered already, one whose queue no consumer serves, or one whose
+    units would read stuck while they still run (its stuck threshold must be above its
+    job timeout)."""
     type_, options = definition.type(), definition.options()
+    if registry.find(type_) is not None:
+        # Replacing it would run the other module's jobs for every run of this type.
+        raise DefinitionError(
+            f"task type {type_[:80]!r} is registered twice (each type once, by one module)"
+        )
     if options.queue not in QUEUE_NAMES:
         raise DefinitionError(
             f"task type {type_[:80]!r}: queue {options.queue[:40]!r} is not one of "

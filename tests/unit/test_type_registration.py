@@ -66,3 +66,18 @@ def test_a_deployments_module_with_such_a_type_stops_the_cli_in_one_line(tmp_pat
     assert_one_error_line(
         done, "task type 'deploy.nightly_export'", "stuck_after_minutes (5)", "(600 s)"
     )
+
+
+def test_a_type_registered_twice_is_refused_and_the_first_definition_kept(ctx):
+    # A deployment's module naming its type as one of the project's silently replaced it:
+    # every run of the project's type then ran the deployment's jobs.
+    project = registry.find("diagnostics.probe")
+    assert project is not None
+
+    with pytest.raises(ConfigError) as refused:
+        register(Declared("diagnostics.probe", timeout=60))
+
+    assert refused.value.format_message() == (
+        "task type 'diagnostics.probe' is registered twice (each type once, by one module)"
+    )
+    assert registry.find("diagnostics.probe") is project
