@@ -15,7 +15,7 @@ from werkzeug.local import LocalProxy
 
 from config import ConfigError
 from taskrunner.types import Refused, TaskDefinition
-from tasks.routing import QUEUE_NAMES
+from tasks.routing import QUEUE_NAMES, QUEUES, type_routes
 
 EXTENSION = "taskrunner.registry"
 
@@ -52,9 +52,9 @@ class DefinitionError(ConfigError):
 
 
 def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> None:
-    """Refuse a type registered already, one whose queue no consumer serves, or one whose
-    units would read stuck while they still run (its stuck threshold must be above its
-    job timeout)."""
+    """Refuse a type registered already, one whose queue no consumer serves or whose timeout
+    its queue does not serve, or one whose units would read stuck while they still run
+    (its stuck threshold must be above its job timeout)."""
     type_, options = definition.type(), definition.options()
     if registry.find(type_) is not None:
         # Replacing it would run the other module's jobs for every run of this type.
@@ -65,6 +65,15 @@ def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> N
         raise DefinitionError(
             f"task type {type_[:80]!r}: queue {options.queue[:40]!r} is not one of "
             f"{', '.join(QUEUE_NAMES)}"
+        )
+    # The queue it runs on (a route may send it to another) must stop it before its
+    # consumer gives up on it: a builder consumer's graceful stop waits no longer.
+    queue = type_routes(config).get(type_) or options.queue
+    longest = QUEUES[queue].max_timeout
+    if not 0 < options.timeout <= longest:
+        raise DefinitionError(
+            f"task type {type_[:80]!r}: timeout ({options.timeout} s) must be 1 to {longest} s, "
+            f"the longest its queue ({queue}) serves"
         )
     minutes = options.stuck_after_minutes or config["TASK_RUNNER_STUCK_AFTER_MINUTES"]
     if minutes * 60 <= options.timeout:

@@ -27,9 +27,19 @@ class Declared(ControlledTask):
         ({"stuck_after_minutes": 5, "timeout": 600}, "stuck_after_minutes (5) must be above"),
         ({"stuck_after_minutes": 10, "timeout": 600}, "stuck_after_minutes (10) must be above"),
         # No threshold of its own: TASK_RUNNER_STUCK_AFTER_MINUTES (60) is its threshold.
-        ({"timeout": 3600}, "stuck_after_minutes (60) must be above its timeout (3600 s)"),
+        (
+            {"queue": "long-job", "timeout": 3600},
+            "stuck_after_minutes (60) must be above its timeout (3600 s)",
+        ),
         ({"queue": "i0", "timeout": 60}, "queue 'i0' is not one of default, tasks, builder"),
         ({"queue": "q" * 600, "timeout": 60}, "queue 'qqqq"),
+        # The builder queue's consumer is stopped gracefully and waits 1,800 s at most: a
+        # longer job is killed by the deploy's stop, its unit found only as worker lost.
+        (
+            {"queue": "builder", "stuck_after_minutes": 120, "timeout": 3600},
+            "timeout (3600 s) must be 1 to 1800 s, the longest its queue (builder) serves",
+        ),
+        ({"timeout": 0}, "timeout (0 s) must be 1 to 900 s, the longest its queue (tasks)"),
     ],
 )
 def test_a_type_that_breaks_the_rules_is_refused_at_registration_naming_it(ctx, options, named):
@@ -46,7 +56,8 @@ def test_a_type_that_breaks_the_rules_is_refused_at_registration_naming_it(ctx, 
     "options",
     [
         {"stuck_after_minutes": 11, "timeout": 600},
-        {"timeout": 3599},
+        {"queue": "long-job", "timeout": 3599},
+        {"queue": "builder", "stuck_after_minutes": 31, "timeout": 1800},
         {"queue": "long-job", "stuck_after_minutes": 400, "timeout": 18000},
     ],
 )
@@ -81,3 +92,10 @@ def test_a_type_registered_twice_is_refused_and_the_first_definition_kept(ctx):
         "task type 'diagnostics.probe' is registered twice (each type once, by one module)"
     )
     assert registry.find("diagnostics.probe") is project
+
+
+def test_a_type_routed_to_another_queue_is_checked_against_that_queues_limit(make_app):
+    # The io lane serves 900 s at most: a route there of a 1,200 s type would be cut short.
+    app = make_app(TASK_RUNNER_TYPE_ROUTES="deploy.report=io")
+    with app.app_context(), pytest.raises(ConfigError, match=r"its queue \(io\)"):
+        register(Declared("deploy.report", queue="long-job", timeout=1200))
