@@ -285,7 +285,7 @@ def prune_command(days: int | None) -> None:
     click.echo(
         f"pruned {plural(report.runs, 'run')} ({plural(report.units, 'unit')}, "
         f"{plural(report.events, 'event')}, {plural(report.actions, 'operator action')}, "
-        f"{plural(report.queue_keys, 'queue leftover')})"
+        f"{plural(report.queue_keys, 'queue leftover')}, {plural(report.slots, 'schedule slot')})"
     )
 
 

@@ -55,5 +55,9 @@ def prune() -> None:
     """Daily: delete terminal runs older than the retention, and the queues' leftovers."""
     report = runner.prune(actor=Actor("schedule"))
     logger.info(
-        "Pruned %d runs, %d units, %d queue leftovers", report.runs, report.units, report.queue_keys
+        "Pruned %d runs, %d units, %d queue leftovers, %d schedule slots",
+        report.runs,
+        report.units,
+        report.queue_keys,
+        report.slots,
     )

@@ -278,6 +278,18 @@ def test_slot_rows_are_pruned_with_the_retention_like_runs(ctx):
     assert [row.slot for row in ledger.schedules.recent([SWEEP], 10)[SWEEP]] == [recent]
 
 
+def test_the_prune_command_says_how_many_schedule_slots_it_deleted(ctx):
+    # It deleted them and recorded them, and said nothing of them.
+    ran(SWEEP, T0 - timedelta(days=400))
+    ran(SWEEP, T0 - timedelta(days=400) + PERIOD)
+    ran(SWEEP, datetime.now().replace(microsecond=0))
+
+    result = ctx.test_cli_runner().invoke(args=["tasks", "prune", "--days", "30"])
+
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip().endswith("0 queue leftovers, 2 schedule slots)")
+
+
 def test_a_prune_of_every_slot_leaves_no_slot_that_ran_reading_missed_nor_claimable(ctx):
     # prune --days 0 deleted every slot row: the views then counted missed slots from when
     # the schedule was first known, so every slot that had run read missed (and the watch
