@@ -7,6 +7,7 @@ context, for the runner's modules that read it while they work.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -14,10 +15,13 @@ from flask import Flask, current_app
 from werkzeug.local import LocalProxy
 
 from config import ConfigError
+from security.echo import echo, printable
 from taskrunner.types import Refused, TaskDefinition
 from tasks.routing import QUEUE_NAMES, QUEUES, type_routes
 
 EXTENSION = "taskrunner.registry"
+TYPE_LENGTH = 120  # what task_runs.type holds: PostgreSQL refuses a longer one at insert
+_SPACE = re.compile(r"\s")
 
 
 class TaskTypeRegistry:
@@ -56,6 +60,11 @@ def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> N
     its queue does not serve, or one whose units would read stuck while they still run
     (its stuck threshold must be above its job timeout)."""
     type_, options = definition.type(), definition.options()
+    if not (0 < len(type_) <= TYPE_LENGTH and printable(type_) and not _SPACE.search(type_)):
+        raise DefinitionError(
+            f"a task type is a name of 1 to {TYPE_LENGTH} characters without spaces or "
+            f"control characters, not {echo(type_)}"
+        )
     if registry.find(type_) is not None:
         # Replacing it would run the other module's jobs for every run of this type.
         raise DefinitionError(

@@ -99,3 +99,16 @@ def test_a_type_routed_to_another_queue_is_checked_against_that_queues_limit(mak
     app = make_app(TASK_RUNNER_TYPE_ROUTES="deploy.report=io")
     with app.app_context(), pytest.raises(ConfigError, match=r"its queue \(io\)"):
         register(Declared("deploy.report", queue="long-job", timeout=1200))
+
+
+@pytest.mark.parametrize("type_", ["", "t" * 121, "deploy report", "deploy.\x1b[2Jreport"])
+def test_a_type_name_no_run_row_can_hold_is_refused_at_registration(ctx, type_):
+    # task_runs.type holds 120 characters: on PostgreSQL every start of a longer type
+    # failed at its insert, a database error instead of the module's mistake.
+    with pytest.raises(ConfigError) as refused:
+        register(Declared(type_, timeout=60))
+
+    message = refused.value.format_message()
+    assert message.startswith("a task type is a name of 1 to 120 characters")
+    assert "\x1b" not in message and len(message) < 300
+    assert registry.find(type_) is None
