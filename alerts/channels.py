@@ -15,6 +15,7 @@ import http.client
 import json
 import logging
 import smtplib
+import socket
 import ssl
 import time
 import urllib.error
@@ -26,7 +27,7 @@ from email.message import EmailMessage
 from typing import Any, Protocol
 
 from alerts.content import absolute
-from security.outbound import open_without_redirects
+from security.outbound import Deadline, open_without_redirects
 from security.sanitise import sanitised
 from security.scrub import scrub
 from taskrunner.contract import TaskReportableError
@@ -208,28 +209,42 @@ class EmailChannel:
 
     def _send(self, message: EmailMessage) -> str:
         context = ssl.create_default_context()
-        if self.security == "ssl":
-            smtp: smtplib.SMTP = smtplib.SMTP_SSL(
-                self.host, self.port, timeout=self.timeout, context=context
-            )
-        else:
-            smtp = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
-        try:
-            if self.security == "starttls":
-                smtp.starttls(context=context)
-            if self.user:
-                smtp.login(self.user, self.password)
-            refused = smtp.send_message(message)
-        except BaseException:
-            smtp.close()
-            raise
-        # The server took the message: a retry would send it again to every recipient who
-        # has it. A refused recipient is told in the answer, and a QUIT that fails (a 421)
-        # cannot take the message back.
-        try:
-            smtp.quit()
-        except (smtplib.SMTPException, OSError):
-            smtp.close()
+        sockets: list[socket.socket] = []
+        # smtplib's timeout bounds each read: a server answering a byte at a time held the
+        # send, and the channels and the outbox's pass after it, for as long as it liked.
+        with Deadline(self.timeout, lambda: sockets) as deadline:
+            try:
+                if self.security == "ssl":
+                    smtp: smtplib.SMTP = _WatchedSSL(
+                        sockets, self.host, self.port, timeout=self.timeout, context=context
+                    )
+                else:
+                    smtp = _Watched(sockets, self.host, self.port, timeout=self.timeout)
+            except OSError:
+                for sock in sockets:  # a greeting refused or cut: smtplib leaves it open
+                    sock.close()
+                if deadline.passed:
+                    raise TimeoutError from None
+                raise
+            try:
+                if self.security == "starttls":
+                    smtp.starttls(context=context)
+                    sockets.append(smtp.sock)
+                if self.user:
+                    smtp.login(self.user, self.password)
+                refused = smtp.send_message(message)
+            except BaseException:
+                smtp.close()
+                if deadline.passed:
+                    raise TimeoutError from None
+                raise
+            # The server took the message: a retry would send it again to every recipient
+            # who has it. A refused recipient is told in the answer, and a QUIT that fails
+            # (a 421, the deadline) cannot take the message back.
+            try:
+                smtp.quit()
+            except (smtplib.SMTPException, OSError):
+                smtp.close()
         if not refused:
             return f"accepted for {len(self.to)} recipients"
         names = ", ".join(f"{address} {code}" for address, (code, _) in sorted(refused.items()))
@@ -238,6 +253,27 @@ class EmailChannel:
         )
         accepted = len(self.to) - len(refused)
         return f"accepted for {accepted} of {len(self.to)} recipients; refused {names}"
+
+
+class _Watching:
+    """An SMTP connection that adds its socket to ``sockets`` once connected."""
+
+    def __init__(self, sockets: list[socket.socket], *args: Any, **kwargs: Any) -> None:
+        self._sockets = sockets
+        super().__init__(*args, **kwargs)
+
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        sock = super()._get_socket(host, port, timeout)  # type: ignore[misc]
+        self._sockets.append(sock)
+        return sock
+
+
+class _Watched(_Watching, smtplib.SMTP):
+    pass
+
+
+class _WatchedSSL(_Watching, smtplib.SMTP_SSL):
+    pass
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import http.client
 import socket
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -102,10 +102,11 @@ class _HTTPS(urllib.request.HTTPSHandler):
         return self.do_open(partial(_WatchedTLS, self._sockets), req, context=self._context)
 
 
-class _Deadline:
-    """Shuts the exchange's sockets when its time is up: the read waiting on one ends."""
+class Deadline:
+    """Shuts the exchange's sockets when its time is up: the read waiting on one ends.
+    ``sockets`` is asked for them then (a connection may have replaced its socket)."""
 
-    def __init__(self, seconds: float, sockets: list[socket.socket]) -> None:
+    def __init__(self, seconds: float, sockets: Callable[[], Iterable[socket.socket]]) -> None:
         self.passed = False
         self._sockets = sockets
         self._timer = threading.Timer(seconds, self._shut)
@@ -113,13 +114,13 @@ class _Deadline:
 
     def _shut(self) -> None:
         self.passed = True
-        for sock in self._sockets:
+        for sock in self._sockets():
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # closed already
 
-    def __enter__(self) -> _Deadline:
+    def __enter__(self) -> Deadline:
         self._timer.start()
         return self
 
@@ -149,7 +150,7 @@ def open_without_redirects(
         _HTTPS(sockets),
     ):
         opener.add_handler(handler)
-    with _Deadline(timeout, sockets) as deadline:
+    with Deadline(timeout, lambda: sockets) as deadline:
         try:
             with opener.open(request, timeout=timeout) as response:
                 yield response

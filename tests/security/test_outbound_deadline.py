@@ -14,10 +14,12 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
-from alerts.channels import ChannelError, SlackChannel, WebhookChannel
+from alerts import content
+from alerts.channels import ChannelError, EmailChannel, SlackChannel, WebhookChannel
 from coursebuilder.llm import HttpDriver, LLMTimeout, Prompt
 from security.outbound import open_without_redirects
 
@@ -94,3 +96,51 @@ def test_the_language_model_driver_gives_up_on_a_dripping_endpoint(drip):
     driver = HttpDriver(drip, "", "m", timeout=0.3)
     with pytest.raises(LLMTimeout):
         driver.complete(Prompt(stage="outline", step="outline-1", text="Tides"))
+
+
+def dripping_smtp() -> Iterator[int]:
+    """An SMTP server that answers every command, a byte at a time; its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve() -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn, conn.makefile("rb") as lines:
+
+            def drip(reply: bytes) -> None:
+                for byte in reply:
+                    conn.sendall(bytes([byte]))
+                    time.sleep(STEP)
+
+            try:
+                drip(b"220 slow.example.test ESMTP\r\n")
+                while line := lines.readline():
+                    if line.upper().startswith(b"DATA"):
+                        drip(b"354 go on\r\n")
+                        while lines.readline() not in (b".\r\n", b""):
+                            pass
+                    drip(b"221 bye\r\n" if line.upper().startswith(b"QUIT") else b"250 ok\r\n")
+            except OSError:
+                pass  # the client shut its side: what the test wants
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def test_an_email_alert_gives_up_on_a_dripping_smtp_server_at_its_timeout():
+    # Each SMTP reply came within the socket's timeout: the send took seconds, unbounded.
+    for port in dripping_smtp():
+        channel = EmailChannel(
+            "127.0.0.1", port, "none", "", "", "a@example.test", ("b@example.test",), "", 0.3
+        )
+        started = time.monotonic()
+        with pytest.raises(ChannelError, match="no answer within 0.3 s"):
+            channel.send(content.test_body(datetime.now(UTC)))
+        assert time.monotonic() - started < 1.0
