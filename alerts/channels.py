@@ -119,6 +119,12 @@ def _post_json(url: str, payload: bytes, headers: dict[str, str], timeout: float
         raise ChannelError(f"could not be sent ({type(exc).__name__})") from None
 
 
+def slack_text(text: Any) -> str:
+    """``text`` as Slack shows it as written: its ``<...>`` would be a mention (``<!channel>``
+    notifies everyone) or a link of its own choosing, so ``&``, ``<`` and ``>`` are escaped."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 @dataclass(frozen=True)
 class SlackChannel:
     url: str
@@ -127,24 +133,33 @@ class SlackChannel:
     name: str = "slack"
 
     def payload(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        fields = [{"type": "mrkdwn", "text": f"*{k}*\n{v}"} for k, v in body.get("facts", [])]
+        fields = [
+            {"type": "mrkdwn", "text": f"*{slack_text(k)}*\n{slack_text(v)}"}
+            for k, v in body.get("facts", [])
+        ]
         if body.get("tenants") is not None:
             fields.append({"type": "mrkdwn", "text": f"*Tenants*\n{body['tenants']}"})
         blocks: list[dict[str, Any]] = [
             {"type": "header", "text": {"type": "plain_text", "text": body["title"][:150]}},
         ]
         if body.get("text"):
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": body["text"]}})
+            text = slack_text(body["text"])
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
         if fields:
             blocks.append({"type": "section", "fields": fields[:10]})
         groups = body.get("error_groups") or []
         if groups:
-            listed = "\n".join(f"• {g['count']} × `{g['kind']}` {g['reason']}" for g in groups)
+            listed = "\n".join(
+                f"• {g['count']} × `{slack_text(g['kind'])}` {slack_text(g['reason'])}"
+                for g in groups
+            )
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": listed}})
-        links = " · ".join(f"<{url}|{label}>" for label, url in _links(body, self.base_url))
+        links = " · ".join(
+            f"<{slack_text(url)}|{slack_text(label)}>" for label, url in _links(body, self.base_url)
+        )
         if links:
             blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": links}]})
-        return {"text": plain_text(body, self.base_url), "blocks": blocks}
+        return {"text": slack_text(plain_text(body, self.base_url)), "blocks": blocks}
 
     def send(self, body: Mapping[str, Any]) -> str:
         payload = json.dumps(self.payload(body)).encode()

@@ -253,3 +253,24 @@ def test_email_over_tls_authenticates_with_the_settings(
     # The server refused the login (535), not a read that timed out.
     assert result.output.startswith("email: FAILED answered 535")
     assert "not-the-password" not in result.output
+
+
+def test_slack_shows_a_reason_quoting_slack_markup_as_text_never_a_mention_or_a_link(
+    channels, controlled, slack
+):
+    # A tenant's input echoed in a unit's reason pinged the whole channel and showed a
+    # link of the input's choosing under a label of its choosing.
+    from tests.factories import Broken
+
+    def refuse(unit):
+        raise Broken("input <!channel> & <https://evil.example/login|open the run> refused")
+
+    controlled.during = refuse
+    with channels(ALERT_ROUTES="*=slack").app_context():
+        failed_run(controlled, units=1)
+
+    [message] = slack.received
+    sent = json.dumps(message.json, ensure_ascii=False)
+    assert "<!channel>" not in sent and "<https://evil.example" not in sent
+    escaped = "input &lt;!channel&gt; &amp; &lt;https://evil.example/login|open the run&gt;"
+    assert escaped in message.json["text"] and escaped in sent.split('"blocks"', 1)[1]
