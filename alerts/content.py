@@ -8,6 +8,7 @@ before it is stored or sent, so a secret that slipped into a reason still never 
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -77,9 +78,11 @@ def compose(
 
 
 def test_body(now: datetime) -> dict[str, Any]:
-    """The body ``flask alerts test`` sends: the shape of a real one."""
+    """The body ``flask alerts test`` sends: the shape of a real one. Its episode is new
+    each time: a receiver that drops an ``Idempotency-Key`` or a ``Message-ID`` it has seen
+    takes every test, not the first one only."""
     return {
-        "episode": "test",
+        "episode": f"test-{uuid.uuid4()}",
         "seq": 1,
         "kind": "test",
         "rule": "test",

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from extensions import db
 from taskrunner import runner
 from taskrunner.models import OperatorAction
-from tests.alert_receivers import HttpReceiver, drain
+from tests.alert_receivers import HttpReceiver, SmtpReceiver, drain
 from tests.web.backoffice_support import MANAGE, VIEW, browser, make_user, sign_in
 
 
@@ -111,6 +111,30 @@ def test_alerts_test_prints_each_answer_and_fails_when_one_failed(make_app, hook
     assert "webhook: ok 200 ok" in result.output
     assert only.exit_code == 0 and only.output == "webhook: ok 200 ok\n"
     assert [r.json["kind"] for r in hook.received] == ["test", "test"]
+
+
+def test_each_test_send_is_a_new_message_a_receiver_that_drops_repeats_still_takes(make_app, hook):
+    # Every test send carried Idempotency-Key test:1 and Message-ID <test.1@taskledger>: a
+    # receiver that drops a key it has seen, or a mailbox that drops a Message-ID it has,
+    # took the first test only, and each later "ok" reached no one.
+    smtp = SmtpReceiver()
+    try:
+        app = make_app(
+            ALERT_WEBHOOK_URL=hook.url,
+            ALERT_EMAIL_TO="oncall@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=smtp.port,
+            SMTP_SECURITY="none",
+        )
+        for _ in range(2):
+            assert app.test_cli_runner().invoke(args=["alerts", "test"]).exit_code == 0
+    finally:
+        smtp.close()
+
+    keys = [r.headers["Idempotency-Key"] for r in hook.received]
+    message_ids = [m["Message-ID"] for m in smtp.handler.messages]
+    assert len(keys) == 2 and len(set(keys)) == 2
+    assert len(message_ids) == 2 and len(set(message_ids)) == 2
 
 
 def test_alerts_test_refuses_a_channel_that_is_not_configured(make_app):
