@@ -6,7 +6,8 @@ first seen that long ago, and resolves only once it has been clear that long: a
 condition that flaps inside its window is one episode, one alert and one resolved. An
 open episode is reminded after ``ALERT_REMIND_MINUTES``; a muted rule's episodes go on
 without messages, and one that opened during the mute and is still open is announced
-at the first judgement after it. Every message is written with the episode, as a row
+at the first judgement after it; one announced before the mute and resolved during it
+sends its "resolved" then. Every message is written with the episode, as a row
 and an outbox event, in the caller's one transaction (``publishing``).
 """
 
@@ -123,6 +124,19 @@ class Episodes:
         ).scalars():
             self._follow_up(episode)
 
+    def send_held_resolutions(self) -> None:
+        """Send each "resolved" a mute held back, once its rule is no longer muted: an
+        episode announced before the mute and resolved during it stayed open, for ever, at
+        a receiver that tracks incidents. One announced, then resolved unsent, was last
+        sent before it was resolved; one never announced sent nothing (and owes nothing)."""
+        for episode in db.session.execute(
+            select(AlertEpisode).where(
+                AlertEpisode.state == RESOLVED,
+                AlertEpisode.last_sent_at < AlertEpisode.resolved_at,
+            )
+        ).scalars():
+            self._message(episode, "resolved", at=episode.resolved_at)
+
     def _follow_up(self, episode: AlertEpisode) -> None:
         """An open episode goes on: announced if it never was, else reminded when due."""
         if episode.last_sent_at is None:
@@ -145,7 +159,10 @@ class Episodes:
             > 0
         )
 
-    def _message(self, episode: AlertEpisode, kind: str, ended_by: str = "") -> None:
+    def _message(
+        self, episode: AlertEpisode, kind: str, ended_by: str = "", at: datetime | None = None
+    ) -> None:
+        """Write one message of ``episode``, told as of ``at`` (now unless it was held)."""
         if muted(episode.rule, self.now):
             return
         db.session.flush()
@@ -157,7 +174,7 @@ class Episodes:
             ).scalar_one()
             + 1
         )
-        body = compose(episode, kind, seq, self.now, ended_by)
+        body = compose(episode, kind, seq, at or self.now, ended_by)
         db.session.add(
             AlertMessage(episode_id=episode.id, seq=seq, kind=kind, body=body, created_at=self.now)
         )

@@ -69,6 +69,7 @@ def _conditions(episodes: Episodes, scrape: metrics.Scrape) -> None:
     settings: AlertSettings = episodes.settings
     on = settings.enabled
     episodes.switch_off(tuple(rule for rule in RULES if rule not in on))
+    episodes.send_held_resolutions()
     episodes.remind(tuple(rule for rule in EVENT_RULES if rule in on))
     if "stale_units" in on:
         total, window = sum(scrape.stale_units.values()), settings.stale_minutes

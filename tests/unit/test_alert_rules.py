@@ -255,6 +255,28 @@ def test_a_failed_run_during_a_mute_is_announced_by_the_first_evaluation_after_i
     assert receiver.received[0].json["rule"] == "run_failed"
 
 
+def test_an_announced_episode_resolved_during_a_mute_sends_its_resolved_once_when_it_ends(
+    alerting, controlled, receiver
+):
+    # The "resolved" was swallowed by the mute: a receiver that tracks incidents kept the
+    # episode open for ever, though the ledger had it resolved.
+    with alerting(ALERT_RULES="run_failed", ALERT_REMIND_MINUTES=0).app_context():
+        run_of(controlled, 2, {"k1"})
+        start = utcnow()
+        operators.mute("run_failed", Actor("ops@example.com"), now=start)
+        run_of(controlled, 2, set())  # resolves, muted
+        heard = {}
+        for minutes in (30, 61, 90, 300):
+            rules.evaluate(start + timedelta(minutes=minutes))
+            drain("default")
+            heard[minutes] = receiver.kinds()
+
+    assert heard[30] == ["opened"]
+    assert heard[61] == heard[300] == ["opened", "resolved"]
+    opened, resolved = (r.json for r in receiver.received)
+    assert resolved["episode"] == opened["episode"] and resolved["seq"] == 2
+
+
 def test_a_schedule_that_misses_its_slots_alerts_once_and_resolves_when_it_runs_again(
     alerting, receiver
 ):
