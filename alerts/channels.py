@@ -201,7 +201,8 @@ class EmailChannel:
 
     def message(self, body: Mapping[str, Any]) -> EmailMessage:
         message = EmailMessage()
-        message["Subject"] = f"[Taskledger] {body['title']}"
+        # One line: a line break (a name may hold one) would be refused in a header.
+        message["Subject"] = " ".join(f"[Taskledger] {body['title']}".split())
         message["From"] = self.sender
         message["To"] = ", ".join(self.to)
         message["Message-ID"] = f"<{body['episode']}.{body['seq']}@taskledger>"

@@ -274,3 +274,26 @@ def test_slack_shows_a_reason_quoting_slack_markup_as_text_never_a_mention_or_a_
     assert "<!channel>" not in sent and "<https://evil.example" not in sent
     escaped = "input &lt;!channel&gt; &amp; &lt;https://evil.example/login|open the run&gt;"
     assert escaped in message.json["text"] and escaped in sent.split('"blocks"', 1)[1]
+
+
+def test_a_line_break_in_a_type_name_is_no_header_of_the_email_and_stops_no_alert(make_app, smtp):
+    # The type's name went into the Subject as it was: the email was refused at each try
+    # ("could not be sent (ValueError)") and parked, and no header could be added through it.
+    from tests.factories import ControlledTask
+
+    task = ControlledTask("tests.broken\r\nBcc: attacker@example.test")
+    make_app.register(task)
+    app = make_app(
+        ALERT_EMAIL_TO="oncall@example.test",
+        SMTP_HOST="127.0.0.1",
+        SMTP_PORT=smtp.port,
+        SMTP_SECURITY="none",
+    )
+    with app.app_context():
+        task.failing = {"k1"}
+        runner.start(task.type(), {"units": 1}, "test")
+        drain("tasks", "default")
+
+    [message] = smtp.handler.messages
+    assert message["Bcc"] is None and smtp.handler.recipients == [["oncall@example.test"]]
+    assert message["Subject"].startswith("[Taskledger] Alert: tests.broken Bcc: attacker@")
