@@ -52,6 +52,7 @@ class ConfigError(click.ClickException, ValueError):
 MAX_PERIOD_MINUTES = 24 * 60 * MAX_RETENTION_DAYS
 MAX_PERIOD_SECONDS = 24 * 3600 * MAX_RETENTION_DAYS
 MAX_PERIOD_HOURS = 24 * MAX_RETENTION_DAYS
+MAX_ALERT_TIMEOUT_SECONDS = 60
 
 
 def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
@@ -395,13 +396,17 @@ class Config:
         self.ALERT_EVALUATE_SECONDS = _int("ALERT_EVALUATE_SECONDS", 60, minimum=1)
         # Which channels each rule goes to ("rule=slack+email,*=webhook"); unset: all.
         self.ALERT_ROUTES = env.get("ALERT_ROUTES", "")
-        self.ALERT_TIMEOUT_SECONDS = _float("ALERT_TIMEOUT_SECONDS", 5, positive=True)
+        # One job (``alerts.deliver``, 300 s) sends an alert to each channel in turn: a minute
+        # each is already long, and a huge one overflowed each send's deadline.
+        self.ALERT_TIMEOUT_SECONDS = _float(
+            "ALERT_TIMEOUT_SECONDS", 5, positive=True, maximum=MAX_ALERT_TIMEOUT_SECONDS
+        )
         self.ALERT_SLACK_WEBHOOK_URL = _endpoint_url("ALERT_SLACK_WEBHOOK_URL")
         self.ALERT_WEBHOOK_URL = _endpoint_url("ALERT_WEBHOOK_URL")
         self.ALERT_WEBHOOK_SECRET = env.get("ALERT_WEBHOOK_SECRET", "")
         self.ALERT_EMAIL_TO = env.get("ALERT_EMAIL_TO", "")
         self.SMTP_HOST = env.get("SMTP_HOST", "")
-        self.SMTP_PORT = _int("SMTP_PORT", 587, minimum=1)
+        self.SMTP_PORT = _int("SMTP_PORT", 587, minimum=1, maximum=65535)
         self.SMTP_USER = env.get("SMTP_USER", "")
         self.SMTP_PASSWORD = env.get("SMTP_PASSWORD", "")
         self.SMTP_FROM = env.get("SMTP_FROM", "")

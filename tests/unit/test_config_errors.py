@@ -223,6 +223,10 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("SESSION_LIFETIME_HOURS", "0", "must be more than 0, got '0'"),
         ("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
         ("ALERT_TIMEOUT_SECONDS", "0", "must be more than 0, got '0'"),
+        # Taken, each send of every channel failed on it (OverflowError, a thread's traceback).
+        ("ALERT_TIMEOUT_SECONDS", "1e10", "must be at most 60, got '1e10'"),
+        # Taken, each email went to another port, or failed on it (OverflowError).
+        ("SMTP_PORT", "70000", "must be at most 65535, got '70000'"),
         # A socket timeout of 0 is a non-blocking socket: every call to the model failed.
         ("LLM_TIMEOUT_SECONDS", "0", "must be at least 1, got '0'"),
         # A stale threshold of 0 made every unit of every type stale as it was dispatched.
