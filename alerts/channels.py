@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
+from email.utils import parseaddr
 from typing import Any, Protocol
 
 from alerts.content import absolute
@@ -317,6 +318,15 @@ def send_or_refuse(channel: Channel, body: Mapping[str, Any]) -> str:
         raise ChannelError(f"could not be sent ({type(exc).__name__})") from None
 
 
+def _one_address(text: str) -> bool:
+    """Whether ``text`` is one address, bare or as ``Name <address>``: the mail header's
+    parser reads the first of ``a@x; b@x`` and drops the rest, unsaid."""
+    _, address = parseaddr(text)
+    if not address or any(c in address for c in " \t<>,;"):
+        return False
+    return text == address or text.endswith(f"<{address}>")
+
+
 def _email(config: Mapping[str, Any], base: str, timeout: float) -> Channel:
     security = config["SMTP_SECURITY"]
     if security not in SECURITIES:
@@ -326,6 +336,10 @@ def _email(config: Mapping[str, Any], base: str, timeout: float) -> Channel:
         port = int(config["SMTP_PORT"])
     except ValueError:
         return UnusableChannel("email", f"SMTP_PORT: {config['SMTP_PORT']!r} is not a port")
+    to = tuple(a.strip() for a in config["ALERT_EMAIL_TO"].split(",") if a.strip())
+    if unread := next((part for part in to if not _one_address(part)), None):
+        reason = f"ALERT_EMAIL_TO: {unread!r} is not an address (addresses are separated by commas)"
+        return UnusableChannel("email", reason)
     return EmailChannel(
         host=config["SMTP_HOST"],
         port=port,
@@ -333,7 +347,7 @@ def _email(config: Mapping[str, Any], base: str, timeout: float) -> Channel:
         user=config["SMTP_USER"],
         password=config["SMTP_PASSWORD"],
         sender=config["SMTP_FROM"] or "taskledger@localhost",
-        to=tuple(a.strip() for a in config["ALERT_EMAIL_TO"].split(",") if a.strip()),
+        to=to,
         base_url=base,
         timeout=timeout,
     )

@@ -13,7 +13,7 @@ from database import utcnow
 from extensions import db
 from taskrunner import runner
 from taskrunner.models import EventDelivery
-from tests.alert_receivers import HttpReceiver, drain
+from tests.alert_receivers import HttpReceiver, SmtpReceiver, drain
 from tests.unit.test_config_errors import assert_one_error_line, run
 
 SMTP_SECURITY_REFUSAL = "SMTP_SECURITY: 'tls' is not one of none, starttls, ssl"
@@ -133,3 +133,31 @@ def test_a_receivers_answer_reaches_the_terminal_and_the_deliveries_without_esca
     assert "taken token=" in said
     for unwanted in ("\x1b", "\x07", "\x9b", "sk_live_ECHOED"):
         assert unwanted not in said
+
+
+@pytest.mark.parametrize(
+    "to", ["oncall@example.test; lead@example.test", "oncall@example.test lead@example.test"]
+)
+def test_a_recipient_list_that_does_not_read_as_addresses_is_the_email_channels_refusal(
+    make_app, to
+):
+    # The mail header's parser kept the first address and dropped the rest: "ok, accepted
+    # for 1 recipients", and the lead never had an alert.
+    smtp = SmtpReceiver()
+    try:
+        app = make_app(
+            ALERT_EMAIL_TO=f"ops@example.test, {to}",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=smtp.port,
+            SMTP_SECURITY="none",
+        )
+        tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+    finally:
+        smtp.close()
+
+    assert smtp.handler.messages == []
+    assert tested.exit_code == 1
+    assert tested.output == (
+        f"email: FAILED ALERT_EMAIL_TO: {to!r} is not an address (addresses are separated by"
+        " commas)\n"
+    )
