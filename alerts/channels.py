@@ -34,6 +34,8 @@ from security.scrub import scrub
 from taskrunner.contract import TaskReportableError
 
 ANSWER_CHARS = 200
+# Slack refuses a whole message (invalid_blocks) with a longer section's text or field.
+SECTION_CHARS, FIELD_CHARS = 3000, 2000
 SIGNATURE_HEADER = "Taskledger-Signature"
 SECURITIES = ("none", "starttls", "ssl")
 
@@ -135,7 +137,7 @@ class SlackChannel:
 
     def payload(self, body: Mapping[str, Any]) -> dict[str, Any]:
         fields = [
-            {"type": "mrkdwn", "text": f"*{slack_text(k)}*\n{slack_text(v)}"}
+            {"type": "mrkdwn", "text": f"*{slack_text(k)}*\n{slack_text(v)}"[:FIELD_CHARS]}
             for k, v in body.get("facts", [])
         ]
         if body.get("tenants") is not None:
@@ -144,7 +146,7 @@ class SlackChannel:
             {"type": "header", "text": {"type": "plain_text", "text": body["title"][:150]}},
         ]
         if body.get("text"):
-            text = slack_text(body["text"])
+            text = slack_text(body["text"])[:SECTION_CHARS]
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
         if fields:
             blocks.append({"type": "section", "fields": fields[:10]})
@@ -153,7 +155,7 @@ class SlackChannel:
             listed = "\n".join(
                 f"• {g['count']} × `{slack_text(g['kind'])}` {slack_text(g['reason'])}"
                 for g in groups
-            )
+            )[:SECTION_CHARS]
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": listed}})
         links = " · ".join(
             f"<{slack_text(url)}|{slack_text(label)}>" for label, url in _links(body, self.base_url)

@@ -297,3 +297,20 @@ def test_a_line_break_in_a_type_name_is_no_header_of_the_email_and_stops_no_aler
     [message] = smtp.handler.messages
     assert message["Bcc"] is None and smtp.handler.recipients == [["oncall@example.test"]]
     assert message["Subject"].startswith("[Taskledger] Alert: tests.broken Bcc: attacker@")
+
+
+def test_a_slack_alert_of_reasons_full_of_markup_keeps_within_slacks_block_limits():
+    # Escaped, three reasons of 500 characters of <> made a section of over 3000
+    # characters, which Slack refuses (invalid_blocks): the alert never reached Slack.
+    from alerts.channels import SlackChannel
+
+    groups = [{"count": 1, "kind": "vendor", "reason": c * 500} for c in "<>&"]
+    body = {"episode": "e", "seq": 1, "title": "t", "text": "<" * 500, "error_groups": groups}
+    payload = SlackChannel("https://hooks.example.test/x", BASE, 5).payload(
+        {**body, "facts": [["k", "&" * 500]]}
+    )
+
+    for block in payload["blocks"]:
+        if block["type"] == "section":
+            assert all(len(f["text"]) <= 2000 for f in block.get("fields", []))
+            assert len(block.get("text", {}).get("text", "")) <= 3000
