@@ -31,7 +31,7 @@ from alerts.content import absolute
 from security.outbound import Deadline, open_without_redirects
 from security.sanitise import sanitised
 from security.scrub import scrub
-from taskrunner.contract import TaskReportableError
+from taskrunner.contract import TaskReportableError, plural
 
 ANSWER_CHARS = 200
 # Slack refuses a whole message (invalid_blocks) with a longer section's text or field.
@@ -265,7 +265,7 @@ class EmailChannel:
             except (smtplib.SMTPException, OSError):
                 smtp.close()
         if not refused:
-            return f"accepted for {len(self.to)} recipients"
+            return f"accepted for {plural(len(self.to), 'recipient')}"
         names = ", ".join(f"{address} {code}" for address, (code, _) in sorted(refused.items()))
         logger.warning(
             "email alert refused for %d of %d recipients: %s", len(refused), len(self.to), names

@@ -314,3 +314,15 @@ def test_a_slack_alert_of_reasons_full_of_markup_keeps_within_slacks_block_limit
         if block["type"] == "section":
             assert all(len(f["text"]) <= 2000 for f in block.get("fields", []))
             assert len(block.get("text", {}).get("text", "")) <= 3000
+
+
+def test_an_email_test_to_one_recipient_says_one_recipient(make_app, smtp):
+    app = make_app(
+        ALERT_EMAIL_TO="oncall@example.test",
+        SMTP_HOST="127.0.0.1",
+        SMTP_PORT=smtp.port,
+        SMTP_SECURITY="none",
+    )
+    tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+
+    assert tested.output == "email: ok accepted for 1 recipient\n"
