@@ -342,13 +342,16 @@ def _email(config: Mapping[str, Any], base: str, timeout: float) -> Channel:
     if unread := next((part for part in to if not _one_address(part)), None):
         reason = f"ALERT_EMAIL_TO: {unread!r} is not an address (addresses are separated by commas)"
         return UnusableChannel("email", reason)
+    sender = config["SMTP_FROM"].strip() or "taskledger@localhost"
+    if not _one_address(sender):
+        return UnusableChannel("email", f"SMTP_FROM: {sender!r} is not an address")
     return EmailChannel(
         host=config["SMTP_HOST"],
         port=port,
         security=security,
         user=config["SMTP_USER"],
         password=config["SMTP_PASSWORD"],
-        sender=config["SMTP_FROM"] or "taskledger@localhost",
+        sender=sender,
         to=to,
         base_url=base,
         timeout=timeout,

@@ -161,3 +161,23 @@ def test_a_recipient_list_that_does_not_read_as_addresses_is_the_email_channels_
         f"email: FAILED ALERT_EMAIL_TO: {to!r} is not an address (addresses are separated by"
         " commas)\n"
     )
+
+
+def test_a_sender_that_does_not_read_as_one_address_is_the_email_channels_refusal(make_app):
+    # "Taskledger alerts" was sent from the envelope address "Taskledger" (the header
+    # parser's first word), whose bounces and replies go nowhere.
+    smtp = SmtpReceiver()
+    try:
+        app = make_app(
+            ALERT_EMAIL_TO="ops@example.test",
+            SMTP_HOST="127.0.0.1",
+            SMTP_PORT=smtp.port,
+            SMTP_SECURITY="none",
+            SMTP_FROM="Taskledger alerts",
+        )
+        tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+    finally:
+        smtp.close()
+
+    assert smtp.handler.messages == []
+    assert tested.output == "email: FAILED SMTP_FROM: 'Taskledger alerts' is not an address\n"
