@@ -371,4 +371,8 @@ def configured(config: Mapping[str, Any]) -> dict[str, Channel]:
         )
     if config["ALERT_EMAIL_TO"] and config["SMTP_HOST"]:
         found["email"] = _email(config, base, timeout)
+    elif config["ALERT_EMAIL_TO"]:
+        # Left out, the recipients would wait for alerts that never come, and nothing says so.
+        reason = "SMTP_HOST: not set, and ALERT_EMAIL_TO names recipients"
+        found["email"] = UnusableChannel("email", reason)
     return found

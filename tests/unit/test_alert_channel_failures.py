@@ -181,3 +181,16 @@ def test_a_sender_that_does_not_read_as_one_address_is_the_email_channels_refusa
 
     assert smtp.handler.messages == []
     assert tested.output == "email: FAILED SMTP_FROM: 'Taskledger alerts' is not an address\n"
+
+
+def test_recipients_without_an_smtp_host_are_the_email_channels_refusal(make_app, hook):
+    # The email channel was left out unsaid: the test printed the webhook's "ok" alone and
+    # on-call, named in ALERT_EMAIL_TO, never had an alert.
+    app = make_app(ALERT_WEBHOOK_URL=hook.url, ALERT_EMAIL_TO="oncall@example.test")
+    tested = app.test_cli_runner().invoke(args=["alerts", "test"])
+
+    assert tested.exit_code == 1
+    assert tested.output == (
+        "webhook: ok 200 ok\nemail: FAILED SMTP_HOST: not set, and ALERT_EMAIL_TO names"
+        " recipients\n"
+    )
