@@ -279,10 +279,11 @@ def test_slack_shows_a_reason_quoting_slack_markup_as_text_never_a_mention_or_a_
 def test_a_line_break_in_a_type_name_is_no_header_of_the_email_and_stops_no_alert(make_app, smtp):
     # The type's name went into the Subject as it was: the email was refused at each try
     # ("could not be sent (ValueError)") and parked, and no header could be added through it.
+    # Registration refuses such a name now; the runs of a release before it still hold it.
+    from taskrunner.registry import registry
     from tests.factories import ControlledTask
 
     task = ControlledTask("tests.broken\r\nBcc: attacker@example.test")
-    make_app.register(task)
     app = make_app(
         ALERT_EMAIL_TO="oncall@example.test",
         SMTP_HOST="127.0.0.1",
@@ -290,6 +291,7 @@ def test_a_line_break_in_a_type_name_is_no_header_of_the_email_and_stops_no_aler
         SMTP_SECURITY="none",
     )
     with app.app_context():
+        registry.register(task)
         task.failing = {"k1"}
         runner.start(task.type(), {"units": 1}, "test")
         drain("tasks", "default")
