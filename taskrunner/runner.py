@@ -16,6 +16,7 @@ from flask import current_app
 
 from database import database_outage, is_sqlite, utcnow
 from taskrunner import dispatch as dispatching
+from taskrunner.context_rules import check_storable
 from taskrunner.ledger import CLI, Actor, Dispatch, PruneReport, ledger
 from taskrunner.queue_leftovers import clear_leftovers
 from taskrunner.redaction import redact
@@ -47,14 +48,16 @@ def start(
     """Persist a run and its units, then dispatch one job per unit.
 
     Refused (``Refused``, ``ContextError``, ``UnitError``) with nothing written: a type
-    that is not registered, a context the type's ``validate`` refuses, a unit the ledger
+    that is not registered, a context no ledger stores as it is (``context_rules``) or
+    the type's ``validate`` refuses, a unit the ledger
     cannot hold (``unit_rules``: the units are checked as they stream into the run's one
     transaction, which a refusal rolls back).
     """
-    context = dict(context or {})
     definition = registry.get(
         type_or_definition if isinstance(type_or_definition, str) else type_or_definition.type()
     )
+    check_storable(definition.type(), {} if context is None else context)
+    context = dict(context or {})
     validate = getattr(definition, "validate", None)
     if validate is not None:
         validate(context)  # ``ContextError``: refused before any row is written

@@ -5,6 +5,8 @@ problem body on the web) and leaves no row; "dispatch failed" means a dispatch f
 from __future__ import annotations
 
 import json
+import math
+from datetime import datetime
 
 import pytest
 import webtest
@@ -15,6 +17,7 @@ from payments.statements import MonthlyStatementsTask
 from taskrunner import runner
 from taskrunner.contract import ContextError, check_context, start_run
 from taskrunner.models import TaskRun
+from tests.factories import ControlledTask
 from tests.web.tenant_api_support import PERIOD, bearer, tenant_with_token
 
 
@@ -165,3 +168,50 @@ def test_a_context_check_names_the_first_problem_it_finds():
         check_context("t", {"a": 1, "c": 2}, required={"a": int})
     with pytest.raises(ContextError, match="it reads no context"):
         check_context("t", {"a": 1})
+
+
+# What no JSON column holds as it was given, or PostgreSQL refuses (a NUL, a lone
+# surrogate, NaN), and what a page cannot write out (a lone surrogate: every run page 500).
+UNSTORABLE = [
+    ({"units": 1, "batch": "a\ud800b"}, "the context key 'batch' holds a lone surrogate"),
+    ({"units": 1, "batch": "a\x00b"}, "the context key 'batch' holds a NUL character"),
+    ({"units": 1, "x": [{"y": "\udfff"}]}, "the context key 'x' holds a lone surrogate"),
+    ({"units": 1, "x\x00": 1}, "the context key 'x\\x00' holds a NUL character"),
+]
+UNSTORABLE_IN_CODE = [
+    ({"units": 1, "x": math.nan}, "the context key 'x' holds nan, not a finite number"),
+    ({"units": 1, "x": [math.inf]}, "the context key 'x' holds inf, not a finite number"),
+    ({"units": 1, "x": datetime(2026, 1, 1)}, "the context key 'x' holds a datetime, not JSON"),
+    ({"units": 1, "x": {1, 2}}, "the context key 'x' holds a set, not JSON"),
+    ({"units": 1, 5: 1}, "a context key must be a text, not int"),
+    ({"units": 1, "x": {(1, 2): 1}}, "the context key 'x' holds a key that is tuple, not a text"),
+    ("units", "the context must be a JSON object, not str"),
+]
+
+
+@pytest.mark.parametrize(("context", "named"), UNSTORABLE)
+def test_a_context_the_ledger_cannot_store_is_refused_in_one_line_with_no_run(
+    make_app, context, named
+):
+    make_app.register(ControlledTask())
+    app = make_app()
+    result = app.test_cli_runner().invoke(
+        args=["tasks", "start", "tests.controlled", "--context", json.dumps(context)]
+    )
+
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [f"error: tests.controlled: {named}"]
+    with app.app_context():
+        assert runs() == 0
+
+
+@pytest.mark.parametrize(("context", "named"), UNSTORABLE + UNSTORABLE_IN_CODE)
+def test_code_that_starts_a_run_with_a_context_no_ledger_stores_meets_a_context_error(
+    make_app, context, named
+):
+    make_app.register(ControlledTask())
+    with make_app().app_context():
+        with pytest.raises(ContextError) as refused:
+            start_run("tests.controlled", context, "test")
+        assert str(refused.value) == f"tests.controlled: {named}"
+        assert runs() == 0

@@ -27,15 +27,21 @@ from tests.web.tenant_api_support import PERIOD, bearer, tenant_with_token
 TYPE = "tests.keyed"
 BIGINT = 2**63
 
+
+def points(key: str) -> list[int]:
+    """A key spelt as its code points: a context holds no NUL or lone surrogate itself."""
+    return [ord(c) for c in key]
+
+
 # (what is wrong, the units as [key, tenant id] pairs, the part of the refusal naming it)
 BAD = [
     ("too long", [["k" * 192, None]], "is longer than 191 characters"),
     ("empty", [["", None]], "''"),
-    ("NUL", [["a\x00b", None]], "'a\\x00b' holds a control character"),
+    ("NUL", [[points("a\x00b"), None]], "'a\\x00b' holds a control character"),
     ("newline", [["a\nb", None]], "'a\\nb' holds a control character"),
     ("DEL", [["a\x7fb", None]], "'a\\x7fb' holds a control character"),
     ("C1 control", [["a\x85b", None]], "'a\\x85b' holds a control character"),
-    ("lone surrogate", [["a\ud800b", None]], "'a\\ud800b' holds a lone surrogate"),
+    ("lone surrogate", [[points("a\ud800b"), None]], "'a\\ud800b' holds a lone surrogate"),
     ("duplicate", [["same", None], ["other", None], ["same", None]], "unit 3: the unit key"),
     ("tenant too big", [["t", BIGINT]], "unit key 't' is outside the range"),
     ("tenant too small", [["t", -BIGINT - 1]], "unit key 't' is outside the range"),
@@ -59,14 +65,15 @@ GOOD = [
 
 
 class KeyedTask:
-    """Units named by the context: ``{"units": [[key, tenant id], ...]}``."""
+    """Units named by the context: ``{"units": [[key, tenant id], ...]}``, a key a text or
+    its code points."""
 
     def type(self) -> str:
         return TYPE
 
     def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
         for key, tenant_id in context.get("units", []):
-            yield TaskUnit(key, tenant_id)
+            yield TaskUnit("".join(map(chr, key)) if isinstance(key, list) else key, tenant_id)
 
     def make_job(self, unit: TaskUnit, context: Mapping[str, Any]) -> UnitJob:
         return lambda: None
