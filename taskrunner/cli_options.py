@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from security.echo import echo
+
 MAX_WAIT_SECONDS = 86_400
 
 
@@ -17,12 +19,27 @@ def _constant(text: str) -> float:
     return number
 
 
+def _members_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # The parser keeps the last of two: '{"units": 3, …, "units": 100000}' ran 100,000.
+    members: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in members:
+            raise ValueError(f"the key {echo(key)} is there twice")
+        members[key] = value
+    return members
+
+
 def context(_ctx: Any, _param: Any, value: str | None) -> dict[str, Any]:
-    """``--context``: a JSON object of finite numbers, else a usage error."""
+    """``--context``: a JSON object of finite numbers, each key once, else a usage error."""
     if value is None:
         return {}
     try:
-        parsed = json.loads(value, parse_float=_constant, parse_constant=_constant)
+        parsed = json.loads(
+            value,
+            parse_float=_constant,
+            parse_constant=_constant,
+            object_pairs_hook=_members_once,
+        )
     except RecursionError:
         raise click.BadParameter("not JSON: nested too deeply") from None
     except ValueError as exc:  # a JSONDecodeError, or a number no JSON column stores

@@ -206,6 +206,12 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error_wherever_it_is(app, cli, 
         ('{"units": NaN}', "not JSON: NaN is not a finite number"),
         ('{"units": Infinity}', "not JSON: Infinity is not a finite number"),
         ('{"units": 1e400}', "not JSON: 1e400 is not a finite number"),
+        # Kept the last silently: "units": 3 typed, "units": 100000 run.
+        (
+            '{"units": 3, "sleep_ms": 5, "units": 100000}',
+            "not JSON: the key 'units' is there twice",
+        ),
+        ('{"units": 1, "batch": "b", "batch": "c"}', "not JSON: the key 'batch' is there twice"),
     ],
 )
 def test_a_context_that_is_not_json_is_a_usage_error_with_no_run(app, cli, context, message):
