@@ -22,6 +22,7 @@ from tasks.routing import QUEUE_NAMES, QUEUES, type_routes
 EXTENSION = "taskrunner.registry"
 TYPE_LENGTH = 120  # what task_runs.type holds: PostgreSQL refuses a longer one at insert
 _SPACE = re.compile(r"\s")
+TYPE_ECHO = 100  # longer than any dot-key a module would register
 
 
 class TaskTypeRegistry:
@@ -38,7 +39,8 @@ class TaskTypeRegistry:
         try:
             return self._types[type_]
         except KeyError:
-            raise Refused(f"task type {type_!r} is not registered") from None
+            # Quoted in part: a file pasted where a type goes is no 100,000-character line.
+            raise Refused(f"task type {echo(type_, TYPE_ECHO)} is not registered") from None
 
     def find(self, type_: str) -> TaskDefinition | None:
         return self._types.get(type_)

@@ -70,6 +70,16 @@ def test_a_refusal_quoting_a_newline_or_an_escape_sequence_stays_one_line(cli, a
     assert_refused(result, "bad\\nline\\x1b[31m\\u2028end")
 
 
+@pytest.mark.parametrize("verb", ["start", "pause", "resume"])
+def test_a_task_type_name_pasted_by_mistake_is_refused_in_a_short_line(app, cli, verb):
+    # A file pasted where the type goes: the refusal quoted all 100,000 characters.
+    result = cli.invoke(args=["tasks", verb, "x" * 100_000])
+
+    assert_refused(result, "error: task type 'xxxx")
+    assert "(100000 characters) is not registered" in result.stderr
+    assert len(result.stderr) < 200 and runs(app) == 0
+
+
 def test_a_redelivery_of_many_unknown_events_is_refused_in_a_short_line(cli):
     # 40,000 ids pasted from a file: the refusal counts them rather than quoting them all.
     ids = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(40_000)]
