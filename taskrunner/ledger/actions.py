@@ -117,7 +117,8 @@ class OperatorActions:
         keys = sorted(set(possible_keys(unit_keys))) if unit_keys is not None else None
         with self.writes.transition():
             run = self.writes.lock_live_run(run_uuid)
-            if (run.context or {}).get("dispatch_uuid"):
+            # The column, not the context: a type's context may name its own dispatch_uuid.
+            if run.dispatch_uuid is not None:
                 raise Refused(
                     f"run {run.uuid} is a single tracked job ({run.type}); its retries "
                     "belong to its own queue, not to tasks retry"

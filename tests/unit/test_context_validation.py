@@ -215,3 +215,17 @@ def test_code_that_starts_a_run_with_a_context_no_ledger_stores_meets_a_context_
             start_run("tests.controlled", context, "test")
         assert str(refused.value) == f"tests.controlled: {named}"
         assert runs() == 0
+
+
+def test_a_run_whose_context_names_a_dispatch_uuid_is_retried_like_any_other(make_app):
+    # A type's own context key of that name made its run pass for a single tracked job,
+    # whose retries belong to its queue: tasks retry refused it.
+    task = ControlledTask()
+    task.failing.add("k1")
+    make_app.register(task)
+    with make_app(QUEUE_IMMEDIATE=True).app_context():
+        handle = start_run("tests.controlled", {"units": 2, "dispatch_uuid": "batch-7"}, "test")
+        task.failing.clear()
+
+        assert runner.retry(handle.uuid) == 1
+        assert runner.ended_within(handle.uuid, 5) == "completed"
