@@ -60,7 +60,8 @@ def start(
     context = dict(context or {})
     validate = getattr(definition, "validate", None)
     if validate is not None:
-        validate(context)  # ``ContextError``: refused before any row is written
+        with _type_reading(definition, "check this context"):
+            validate(context)  # ``ContextError``: refused before any row is written
     units = checked_units(_made_units(definition, context))
     if not is_sqlite(ledger.session):
         # Made and checked beside the COPY that stores them (``unit_feed``).
@@ -81,24 +82,32 @@ def start(
 
 
 def _made_units(definition: TaskDefinition, context: dict[str, Any]) -> Iterator[TaskUnit]:
-    """The type's units; what making them raises is a ``ContextError``.
+    """The type's units, made inside the run's transaction, which a refusal rolls back.
 
     A type with no ``validate`` reads its context only here (``{"units": "abc"}`` is a
-    ``ValueError`` in its ``int()``), inside the run's transaction, which rolls back: no
-    run is made, so the context is what was refused, never the dispatch. The message of
-    an error that is not ours is withheld (``redact``); the log has it under the same ref.
+    ``ValueError`` in its ``int()``).
+    """
+    with _type_reading(definition, "make its units from this context"):
+        yield from definition.units(context)
+
+
+@contextmanager
+def _type_reading(definition: TaskDefinition, what: str) -> Iterator[None]:
+    """What the type's own code raises as it reads the context is a ``ContextError``.
+
+    No run is made, so the context is what was refused, never the dispatch (a ``validate``
+    with a bug of its own was reported "dispatch failed"). The message of an error that is
+    not ours is withheld (``redact``); the log has it under the same ref.
     """
     try:
-        yield from definition.units(context)
+        yield
     except Refused:
         raise
     except Exception as exc:
         if database_outage(exc):
             raise  # the database could not answer: not the context's fault
-        logger.warning("The units of a %s run could not be made", definition.type(), exc_info=exc)
-        raise ContextError(
-            f"{definition.type()} could not make its units from this context: {redact(exc)}"
-        ) from exc
+        logger.warning("%s could not %s", definition.type(), what, exc_info=exc)
+        raise ContextError(f"{definition.type()} could not {what}: {redact(exc)}") from exc
 
 
 @contextmanager

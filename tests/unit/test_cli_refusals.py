@@ -15,6 +15,7 @@ from extensions import db
 from security.echo import one_line
 from taskrunner.models import TaskRun
 from tenancy.models import Tenant
+from tests.factories import ControlledTask
 from tests.web.tenant_api_support import make_tenant
 
 CONTEXT_DEEP = "[" * 100_000
@@ -185,6 +186,30 @@ def test_a_context_its_type_cannot_make_units_from_is_refused_with_no_run(
     )
 
     assert_refused(result, "error: tests.controlled could not make its units")
+    assert "dispatch failed" not in result.stderr
+    assert runs(app) == 0
+    ref = re.search(r"ref ([0-9a-f]{8})", result.stderr).group(1)
+    assert any(ref in record.getMessage() for record in caplog.records)
+
+
+class CheckingBadly(ControlledTask):
+    """A ``validate`` with a bug of its own: a key it reads without asking."""
+
+    def validate(self, context) -> None:
+        context["period"].upper()
+
+
+def test_a_context_check_that_breaks_is_a_refused_context_never_a_dispatch_failure(
+    make_app, caplog
+):
+    # No run was made: "dispatch failed" sent the operator to a run that does not exist.
+    make_app.register(CheckingBadly("tests.checking_badly"))
+    app = make_app()
+
+    result = app.test_cli_runner().invoke(args=["tasks", "start", "tests.checking_badly"])
+
+    assert_refused(result, "error: tests.checking_badly could not check this context: ")
+    assert "unhandled builtins.KeyError" in result.stderr
     assert "dispatch failed" not in result.stderr
     assert runs(app) == 0
     ref = re.search(r"ref ([0-9a-f]{8})", result.stderr).group(1)
