@@ -4,41 +4,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from flask.cli import AppGroup
 
-from database import database_outage, iso
+from database import iso
 from security.echo import one_line
 from security.refusal import read_text, refuse, write_text
-from taskrunner import cli_options, delivery, dispatch, operations, periodic, runner
+from taskrunner import cli_notes, cli_options, delivery, operations, periodic, runner
 from taskrunner.events import catalog_markdown
 from taskrunner.ledger import ledger
-from taskrunner.redaction import redact
 from taskrunner.types import LeftoversNotCleared, NotRecorded, Refused, plural
 
 tasks_cli = AppGroup("tasks", help="Start, inspect, retry, cancel and prune task runs.")
 events_cli = AppGroup("events", help="The event catalog, and deliveries parked by subscribers.")
 MAX_DAYS = 36_500  # a century; far beyond it the cut-off is before year 1: no datetime
-
-
-def warn_if_unread(type_: str) -> None:
-    """A SQLite queue file no consumer reads: say where the jobs wait (stderr)."""
-    unread = dispatch.unread_queue_file(type_)
-    if unread is not None:
-        click.echo(
-            f"warning: no consumer has read the queue file {unread} lately: the jobs wait"
-            " there until one does (start or restart the consumers: flask workers)",
-            err=True,
-        )
-
-
-def dispatch_failed(exc: Exception) -> NoReturn:
-    """A recorded run's jobs could not be enqueued (the wedge guard settled and logged them)."""
-    if database_outage(exc):
-        raise exc  # the command line names the outage (startup)
-    refuse(f"dispatch failed: {redact(exc)}")
 
 
 @tasks_cli.command("start")
@@ -59,9 +40,10 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
     except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     except Exception as exc:
-        dispatch_failed(exc)
+        cli_notes.dispatch_failed(exc)
     click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
-    warn_if_unread(type_)
+    if handle.units_total:
+        cli_notes.warn_if_waiting(type_)
     ended = runner.ended_within(handle.uuid, wait) if wait else None
     if ended:
         click.echo(f"finished: {ended}", err=True)
@@ -228,10 +210,10 @@ def retry_command(
     except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     except Exception as exc:
-        dispatch_failed(exc)
+        cli_notes.dispatch_failed(exc)
     click.echo(f"re-dispatched {plural(count, 'unit')} of run {run_uuid}")
     if count:
-        warn_if_unread(ledger.runs.get_run(run_uuid).type)
+        cli_notes.warn_if_waiting(ledger.runs.get_run(run_uuid).type)
 
 
 @tasks_cli.command("pause")
@@ -254,13 +236,13 @@ def resume_command(type_: str) -> None:
     except (Refused, NotRecorded) as exc:
         refuse(str(exc))
     except Exception as exc:
-        dispatch_failed(exc)
+        cli_notes.dispatch_failed(exc)
     if count is None:
         click.echo(f"task type {type_} was not paused")
         return
     click.echo(f"task type {type_} resumed: {plural(count, 'waiting unit')} dispatched")
     if count:
-        warn_if_unread(type_)
+        cli_notes.warn_if_waiting(type_)
 
 
 @tasks_cli.command("cancel")

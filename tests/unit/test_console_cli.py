@@ -103,6 +103,26 @@ def test_pause_and_resume_a_type_from_the_cli(app, cli):
     assert not_paused.stdout == "task type diagnostics.probe was not paused\n"
 
 
+def test_a_start_or_retry_of_a_paused_type_says_its_units_wait_for_the_resume(app, cli):
+    # "started: 3 units" and nothing ran, without a word of why (a --wait then timed out).
+    assert cli.invoke(args=["tasks", "pause", "diagnostics.probe"]).exit_code == 0
+    waiting = (
+        "warning: diagnostics.probe is paused: its units wait until it is resumed "
+        "(flask tasks resume diagnostics.probe)"
+    )
+
+    started = cli.invoke(args=["tasks", "start", "diagnostics.probe", "--context", '{"units": 3}'])
+    retried = cli.invoke(args=["tasks", "retry", started.stdout.strip()])
+    empty = cli.invoke(args=["tasks", "start", "diagnostics.probe", "--context", '{"units": 0}'])
+
+    assert started.exit_code == 0 and waiting in started.stderr.splitlines()
+    assert retried.exit_code == 0 and waiting in retried.stderr.splitlines()
+    assert empty.exit_code == 0 and "warning" not in empty.stderr  # nothing waits
+    assert cli.invoke(args=["tasks", "resume", "diagnostics.probe"]).exit_code == 0
+    again = cli.invoke(args=["tasks", "start", "diagnostics.probe", "--context", '{"units": 1}'])
+    assert "paused" not in again.stderr
+
+
 def test_counts_of_one_are_said_in_the_singular(app, cli, tmp_path):
     cli.invoke(args=["tasks", "pause", "diagnostics.probe"])
     start(cli, {"units": 1})
