@@ -67,6 +67,8 @@ def checked_units(units: Iterable[TaskUnit]) -> Iterator[TaskUnit]:
     """
     seen: set[str] = set()
     for position, unit in enumerate(units, start=1):
+        if not isinstance(unit, TaskUnit):  # else an AttributeError, "could not be recorded"
+            raise UnitError(f"unit {position} is {type(unit).__name__}, not a TaskUnit")
         problem = key_problem(unit.key)
         if problem is not None:
             raise UnitError(f"unit {position}: the unit key {shown(unit.key)} {problem}")

@@ -192,3 +192,32 @@ def test_a_retry_naming_a_key_no_run_can_hold_is_refused_in_one_line(
     assert result.exit_code == exit_code
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(said)
     assert "Traceback" not in result.output
+
+
+class Yielding(KeyedTask):
+    """Units that are not ``TaskUnit``s: what ``context["unit"]`` names, yielded as it is."""
+
+    def type(self) -> str:
+        return "tests.yielding"
+
+    def units(self, context: Mapping[str, Any]) -> Iterator[TaskUnit]:
+        yield TaskUnit("first")
+        yield context["unit"]
+
+
+@pytest.mark.parametrize(
+    ("unit", "named"),
+    [({"key": "a", "tenant_id": 1}, "dict"), ("a", "str"), (None, "NoneType")],
+)
+def test_a_unit_that_is_no_task_unit_is_refused_as_a_unit_not_as_a_database_refusal(
+    make_app, unit, named
+):
+    # It was "a run of … could not be recorded": the words of a write the database refused.
+    make_app.register(Yielding())
+    app = make_app()
+    with app.app_context():
+        with pytest.raises(UnitError) as refused:
+            start_run("tests.yielding", {"unit": unit}, "test")
+
+        assert str(refused.value) == f"unit 2 is {named}, not a TaskUnit"
+        assert ledger_rows() == (0, 0)
