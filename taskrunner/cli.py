@@ -42,12 +42,13 @@ def start_command(type_: str, context: dict[str, Any], wait: float | None) -> No
     except Exception as exc:
         cli_notes.dispatch_failed(exc)
     click.echo(f"started {type_}: {plural(handle.units_total, 'unit')}", err=True)
+    # Said before anything else may fail or be interrupted (a wait stopped with Ctrl-C).
+    click.echo(handle.uuid)
     if handle.units_total:
         cli_notes.warn_if_waiting(type_)
     ended = runner.ended_within(handle.uuid, wait) if wait else None
     if ended:
         click.echo(f"finished: {ended}", err=True)
-    click.echo(handle.uuid)
     if wait and not ended:  # a check end to end fails when no worker ran the run
         refuse(f"run {handle.uuid} still running after {wait:g} s")
 

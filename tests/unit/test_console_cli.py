@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import select
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from extensions import db
+from harness import ROOT, process_env
 from taskrunner.ledger import ledger
 from tenancy.models import Tenant
 from tests.web.tenant_api_support import make_tenant
@@ -261,3 +266,30 @@ def test_start_with_wait_says_how_the_run_ended(inline_cli):
 
     assert result.exit_code == 0, result.stderr
     assert "finished: completed_with_failures" in result.stderr
+
+
+def test_start_with_wait_says_the_run_uuid_before_it_waits(app):
+    # It came only at the end of the wait: an operator who stopped waiting (Ctrl-C) had a
+    # run going and no uuid to follow, retry or cancel it by.
+    command = ["tasks", "start", "diagnostics.probe", "--context", '{"units": 1}', "--wait", "60"]
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "flask", "--app", "app", *command],
+        cwd=ROOT,
+        env=process_env(app),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        said, _, _ = select.select([waiting.stdout], [], [], 30)
+        assert said, "no uuid while it waits"
+        run_uuid = waiting.stdout.readline().strip()
+        assert waiting.poll() is None  # still waiting
+        waiting.send_signal(signal.SIGINT)
+        waiting.wait(timeout=30)
+    finally:
+        waiting.kill()
+        waiting.wait()
+
+    with app.app_context():
+        assert ledger.runs.get_run(run_uuid).status == "running"
