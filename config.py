@@ -53,6 +53,11 @@ MAX_PERIOD_MINUTES = 24 * 60 * MAX_RETENTION_DAYS
 MAX_PERIOD_SECONDS = 24 * 3600 * MAX_RETENTION_DAYS
 MAX_PERIOD_HOURS = 24 * MAX_RETENTION_DAYS
 MAX_ALERT_TIMEOUT_SECONDS = 60
+# A vendor's wait beyond its job's hard timeout is cut by that timeout anyway, and one of
+# ten billion seconds is no socket timeout at all (OverflowError at each call): the
+# builder step's timeout (coursebuilder.steps.STEP_TIMEOUT) and the document forward's.
+MAX_LLM_TIMEOUT_SECONDS = 1800
+MAX_PROVIDER_TIMEOUT_SECONDS = 60
 
 
 def _int(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
@@ -307,7 +312,9 @@ class Config:
             if self.LLM_DRIVER == "http" and not getattr(self, name):
                 # Found by the first step, each build would be started and failed.
                 raise ConfigError(f"{name} must be set when LLM_DRIVER is http")
-        self.LLM_TIMEOUT_SECONDS = _int("LLM_TIMEOUT_SECONDS", 120, minimum=1)
+        self.LLM_TIMEOUT_SECONDS = _int(
+            "LLM_TIMEOUT_SECONDS", 120, minimum=1, maximum=MAX_LLM_TIMEOUT_SECONDS
+        )
         self.BUILDER_STREAM_SECONDS = _int("BUILDER_STREAM_SECONDS", 60, minimum=1)
         # The run pages' live streams: how long one stream lasts (the browser reconnects)
         # and how often it probes the runs it follows.
@@ -328,7 +335,10 @@ class Config:
         self.DOCUMENTS_PROVIDER_URL = _endpoint_url("DOCUMENTS_PROVIDER_URL")
         self.DOCUMENTS_PROVIDER_TOKEN = env.get("DOCUMENTS_PROVIDER_TOKEN", "")
         self.DOCUMENTS_PROVIDER_TIMEOUT_SECONDS = _float(
-            "DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", 10, positive=True
+            "DOCUMENTS_PROVIDER_TIMEOUT_SECONDS",
+            10,
+            positive=True,
+            maximum=MAX_PROVIDER_TIMEOUT_SECONDS,
         )
         # A host cut off from PostgreSQL or Redis must not hang on a dead socket: connecting
         # gives up after the first, a connection whose peer went silent breaks after about

@@ -227,6 +227,10 @@ def test_the_config_readers_name_the_variable_and_what_it_must_be(monkeypatch):
         ("ALERT_TIMEOUT_SECONDS", "1e10", "must be at most 60, got '1e10'"),
         # Taken, each email went to another port, or failed on it (OverflowError).
         ("SMTP_PORT", "70000", "must be at most 65535, got '70000'"),
+        # Taken, each call to the model or the provider failed on it (OverflowError), and
+        # a wait past the step's or the forward's own timeout is cut by it anyway.
+        ("LLM_TIMEOUT_SECONDS", "10000000000", "must be at most 1800, got '10000000000'"),
+        ("DOCUMENTS_PROVIDER_TIMEOUT_SECONDS", "1e10", "must be at most 60, got '1e10'"),
         # A socket timeout of 0 is a non-blocking socket: every call to the model failed.
         ("LLM_TIMEOUT_SECONDS", "0", "must be at least 1, got '0'"),
         # A stale threshold of 0 made every unit of every type stale as it was dispatched.
@@ -445,3 +449,15 @@ def test_a_run_sent_to_a_queue_file_that_cannot_be_made_names_the_setting(make_a
             assert reason.startswith("dispatch failed: QUEUE_SQLITE_PATH: cannot open"), reason
     finally:
         app.config["QUEUE_SQLITE_PATH"] = usable  # the test's queues are emptied after it
+
+
+def test_a_vendors_longest_wait_is_its_jobs_own_timeout():
+    from config import MAX_LLM_TIMEOUT_SECONDS, MAX_PROVIDER_TIMEOUT_SECONDS
+    from coursebuilder.steps import STEP_TIMEOUT
+    from documents.forwarding import FORWARD
+    from tasks.routing import routes
+
+    assert (MAX_LLM_TIMEOUT_SECONDS, MAX_PROVIDER_TIMEOUT_SECONDS) == (
+        STEP_TIMEOUT,
+        routes.jobs[FORWARD].timeout,
+    )
