@@ -22,11 +22,14 @@ from tasks.queues import queues
 logger = logging.getLogger(__name__)
 
 
-def unfinished(name: str, now: datetime | None = None) -> tuple[str, str] | None:
+def unfinished(
+    name: str, now: datetime | None = None, release: bool = True
+) -> tuple[str, str] | None:
     """What another "run now" of ``name`` would start beside, as (what names it, in words):
     the newest slot's run while it runs, or the slot an earlier "run now" enqueued while no
-    scheduler has taken it (within the schedule's grace: later, its job was lost)."""
-    view = schedule(name, now, limit=1)
+    scheduler has taken it (within the schedule's grace: later, its job was lost).
+    ``release=False`` reads inside the caller's transaction."""
+    view = schedule(name, now, limit=1, release=release)
     last = view.last_slot
     if last is not None and last.state in ("running", "late") and last.run_uuid:
         return last.run_uuid, f"its previous run {last.run_uuid} is still running"
@@ -72,14 +75,19 @@ def run_now(
     ``NotEnqueued`` when the queue could not be reached (its record says so).
     """
     known(name)
-    if not confirmed and (pending := unfinished(name, now)):
-        raise Unconfirmed(f"{name}: {pending[1]}; confirm again to start another")
+
+    def check() -> None:
+        if pending := unfinished(name, now, release=False):
+            raise Unconfirmed(f"{name}: {pending[1]}; confirm again to start another")
+
     slot = now or utcnow()
     if slot.microsecond == 0:  # a whole second may be a scheduled slot: never take its claim
         slot += EPSILON
     # Recorded first: every run now a worker may run is in the audit.
     with recording(f"the run now of {name}"):
-        action_id = ledger.actions.record_schedule_run_now(name, slot, actor)
+        action_id = ledger.actions.record_schedule_run_now(
+            name, slot, actor, None if confirmed else check
+        )
     try:
         queues().enqueue_slot(name, slot, f"operator:{actor.name}")
     except Exception as exc:

@@ -214,10 +214,13 @@ def schedules(now: datetime | None = None, limit: int = STRIP) -> list[ScheduleV
     return _views(names(), limit, now)
 
 
-def schedule(name: str, now: datetime | None = None, limit: int = DETAIL) -> ScheduleView:
-    """One schedule with its newest ``limit`` slots; ``UnknownSchedule`` if none is declared."""
+def schedule(
+    name: str, now: datetime | None = None, limit: int = DETAIL, release: bool = True
+) -> ScheduleView:
+    """One schedule with its newest ``limit`` slots; ``UnknownSchedule`` if none is declared.
+    ``release=False`` reads inside the caller's transaction."""
     known(name)
-    return _views([name], limit, now)[0]
+    return _views([name], limit, now, release)[0]
 
 
 def missed_count(now: datetime | None = None) -> int:

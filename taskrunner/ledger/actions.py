@@ -5,14 +5,14 @@ Each checks its preconditions under the run lock and records who did it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from database import is_sqlite, utcnow, write_transaction
+from database import is_sqlite, take_turns, utcnow, write_transaction
 from taskrunner.ledger.reason_fold import stored_reason
 from taskrunner.ledger.records import (
     ACTIVE,
@@ -276,11 +276,24 @@ class OperatorActions:
     def is_paused(self, type_: str) -> bool:
         return self.session.get(TaskTypePause, type_) is not None
 
-    def record_schedule_run_now(self, name: str, slot: datetime, actor: Actor) -> int:
-        """Record a run now of ``name`` before its slot is enqueued; the record's id."""
+    def record_schedule_run_now(
+        self,
+        name: str,
+        slot: datetime,
+        actor: Actor,
+        check: Callable[[], None] | None = None,
+    ) -> int:
+        """Record a run now of ``name`` before its slot is enqueued; the record's id.
+
+        ``check`` (which may refuse) runs in the same transaction, after every earlier run
+        now of ``name`` is recorded: two asked at once cannot both find nothing waiting.
+        """
         # To the microsecond: two run-now slots within one second are two slots.
         detail = {"schedule": name, "slot": slot.isoformat() + "Z"}
         with write_transaction(self.session):
+            take_turns(self.session, f"schedule-run-now:{name}")
+            if check is not None:
+                check()
             action = self.writes.record_action(None, "schedule-run-now", actor, detail)
             self.session.flush()
             return action.id

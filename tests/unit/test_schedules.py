@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -14,15 +15,19 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.exc import DBAPIError
 
+import database
 import payments.statements  # noqa: F401 - declares the monthly statements
 import taskrunner.periodic  # noqa: F401 - declares the runner's schedules
 from database import utcnow
+from extensions import db
 from taskrunner import events, runner, schedule_actions, schedules, slot_keeper
 from taskrunner.ledger import Actor, ledger
 from taskrunner.types import Refused
 from tasks.presence import Board, ConsumerPresence, Presence
 from tasks.queues import queues
 from tasks.routing import routes
+from tests.conftest import BACKEND
+from tests.interleave import WAIT, Hold, InThread, wait_until_blocked_on_a_lock
 from tests.support import drain, huey_stop_interrupt
 
 SWEEP = "taskrunner.detect_stuck"  # every 300 s by default: grace 600 s
@@ -618,6 +623,41 @@ def test_run_now_again_is_refused_while_its_slot_waits_for_a_worker_unless_confi
     # Never taken within the schedule's grace: its job was lost, and asking again is free.
     assert schedule_actions.unfinished(SWEEP, third + GRACE) is not None
     assert schedule_actions.unfinished(SWEEP, third + GRACE + timedelta(seconds=1)) is None
+
+
+def test_two_run_nows_at_once_start_one_slot_and_refuse_the_other(ctx, monkeypatch):
+    """A double-clicked confirmation: the first is held after it found nothing waiting,
+    right before it records its run now; the second asks meanwhile, up to the write lock."""
+    ops = Actor("ops@example.com")
+    engine = db.engine
+    asked_for_the_lock = threading.Event()
+    began = database.began_in_short_waits
+
+    def beginning(raw) -> bool:
+        if threading.current_thread().name == "second":
+            asked_for_the_lock.set()
+        return began(raw)
+
+    monkeypatch.setattr(database, "began_in_short_waits", beginning)
+    checked = lambda sql: "FROM operator_actions" in sql  # noqa: E731
+    with Hold(engine, "first", checked, at="commit") as hold:
+        first = InThread(ctx, "first", schedule_actions.run_now, SWEEP, ops, now=T0)
+        hold.wait_reached()
+        later = T0 + timedelta(seconds=1)
+        second = InThread(ctx, "second", schedule_actions.run_now, SWEEP, ops, now=later)
+        if BACKEND == "postgres":
+            wait_until_blocked_on_a_lock()
+        else:
+            assert asked_for_the_lock.wait(WAIT)
+        hold.release()
+        first.join()
+        second.join()
+
+    assert first.error is None
+    assert isinstance(second.error, schedule_actions.Unconfirmed)
+    asked = [a for a in ledger.actions.on_schedule(SWEEP) if a.action == "schedule-run-now"]
+    assert len(asked) == 1
+    assert drain("default") == 1
 
 
 def test_each_confirmed_run_now_runs_a_slot_of_its_own_beside_the_scheduled_one(ctx):
