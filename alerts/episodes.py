@@ -28,6 +28,7 @@ from extensions import db
 from taskrunner.contract import Publisher
 
 SWITCHED_OFF = "rule switched off"
+NOT_DECLARED = "schedule no longer declared"
 
 
 class Episodes:
@@ -106,8 +107,16 @@ class Episodes:
         """End the episodes of rules no longer in ``ALERT_RULES``: nothing judges them any
         more. One that was announced is resolved with a message saying why, so a receiver
         that tracks incidents closes it too; a pending one is dropped."""
+        self._end(AlertEpisode.rule.in_(rules), SWITCHED_OFF)
+
+    def forget_keys(self, rule: str, kept: set[str], ended_by: str) -> None:
+        """End, as ``switch_off`` does, the episodes of ``rule`` whose key is not ``kept``
+        (a schedule no longer declared: nothing will ever end its episode)."""
+        self._end((AlertEpisode.rule == rule) & AlertEpisode.key.not_in(kept), ended_by)
+
+    def _end(self, which: Any, ended_by: str) -> None:
         for episode in db.session.execute(
-            select(AlertEpisode).where(AlertEpisode.rule.in_(rules), AlertEpisode.state != RESOLVED)
+            select(AlertEpisode).where(which, AlertEpisode.state != RESOLVED)
         ).scalars():
             if episode.state == PENDING:
                 db.session.delete(episode)
@@ -115,7 +124,7 @@ class Episodes:
             episode.state = RESOLVED
             episode.resolved_at = self.now
             if episode.last_sent_at is not None:
-                self._message(episode, "resolved", ended_by=SWITCHED_OFF)
+                self._message(episode, "resolved", ended_by=ended_by)
 
     def remind(self, rules: tuple[str, ...]) -> None:
         """Announce or remind the open episodes of event rules (nothing re-judges them)."""

@@ -23,7 +23,7 @@ from flask import current_app
 from alerts import settings as alert_settings
 from alerts import summaries
 from alerts.channels import configured
-from alerts.episodes import Episodes, prune_resolved_before
+from alerts.episodes import NOT_DECLARED, Episodes, prune_resolved_before
 from alerts.settings import RULES, AlertSettings
 from database import utcnow
 from taskrunner.contract import (
@@ -69,6 +69,8 @@ def _conditions(episodes: Episodes, scrape: metrics.Scrape) -> None:
     settings: AlertSettings = episodes.settings
     on = settings.enabled
     episodes.switch_off(tuple(rule for rule in RULES if rule not in on))
+    declared = {schedule.name for schedule in scrape.schedules}
+    episodes.forget_keys("schedule_missed", declared, NOT_DECLARED)
     episodes.send_held_resolutions()
     episodes.remind(tuple(rule for rule in EVENT_RULES if rule in on))
     if "stale_units" in on:

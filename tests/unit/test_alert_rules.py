@@ -18,6 +18,7 @@ from taskrunner import delivery, runner, schedules
 from taskrunner.contract import publishing
 from taskrunner.ledger import Actor, ledger
 from taskrunner.models import OutboxEvent
+from tasks.routing import routes
 from tests.alert_receivers import HttpReceiver, drain, relay_now
 from tests.web.backoffice_support import finished_run
 
@@ -302,6 +303,34 @@ def test_a_schedule_that_misses_its_slots_alerts_once_and_resolves_when_it_runs_
     sent = [r.json for r in receiver.received if r.json["key"] == sweep]
     assert [alert["kind"] for alert in sent] == ["opened", "resolved"]
     assert sent[0]["rule"] == "schedule_missed"
+
+
+def test_a_missed_schedule_removed_from_the_code_ends_its_episode_once_and_reminds_no_more(
+    alerting, receiver, monkeypatch
+):
+    # Its slots were missed; then a deploy left its declaration out (its rows remain):
+    # nothing will ever run it again, so nothing else would end its episode.
+    sweep, grace = "taskrunner.detect_stuck", 600
+    now = utcnow().replace(second=0, microsecond=0)
+    t0 = now - timedelta(hours=1, minutes=now.minute % 5)  # a slot of its 5-minute grid
+    app = alerting(ALERT_RULES="schedule_missed", ALERT_REMIND_MINUTES=60)
+    with app.app_context():
+        assert ledger.schedules.claim(sweep, t0, "host-a:1", now=t0)
+        ledger.schedules.finish(sweep, t0, None, None, now=t0)
+        schedules.watch(now=t0 + timedelta(seconds=300 + grace + 1))
+        drain("default")
+        monkeypatch.delitem(routes.periodic, sweep)
+        for hours in (2, 4, 6):  # reminders would be due at each
+            rules.evaluate(now + timedelta(hours=hours))
+            drain("default")
+        states = db.session.execute(
+            select(AlertEpisode.state).where(AlertEpisode.key == sweep)
+        ).scalars()
+
+    sent = [r.json for r in receiver.received if r.json["key"] == sweep]
+    assert [alert["kind"] for alert in sent] == ["opened", "resolved"]
+    assert ["Ended", "schedule no longer declared"] in sent[1]["facts"]
+    assert list(states) == ["resolved"]
 
 
 def test_open_episodes_are_counted_per_rule_in_the_metrics(alerting, controlled):
