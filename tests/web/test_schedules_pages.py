@@ -15,7 +15,7 @@ from database import utcnow
 from extensions import db
 from taskrunner import runner
 from taskrunner.contract import operations
-from taskrunner.ledger import ledger
+from taskrunner.ledger import Actor, ledger
 from taskrunner.models import OperatorAction
 from tests.unit.test_cli_refusals import database_refusing_inserts_into
 from tests.web.backoffice_support import browser, sign_in
@@ -83,6 +83,18 @@ def test_the_list_shows_every_schedule_its_rule_and_a_strip_readable_without_col
     # Each slot says its state in words (and a symbol): colour is never the only cue.
     assert all("missed" in slot.get_text() for slot in strip)
     assert "missed · 24 h" in rows[SWEEP].get_text()
+    badge = page.html.select_one('nav.nav a[href="/backoffice/schedules"] .badge')
+    assert badge is not None and badge.get_text(strip=True).startswith("1")
+
+
+def test_a_paused_schedules_row_still_says_the_slots_it_missed_that_the_badge_counts(app, people):
+    missed_sweep(app)
+    with app.app_context():
+        operations.pause_schedule(SWEEP, Actor("ops@example.com"))
+    page = signed_in(app, people, "viewer").get("/backoffice/schedules")
+    [row] = [row for row in page.html.select("tbody tr") if SWEEP in row.select_one("th").text]
+    state = row.select_one('td[data-label="State"]').get_text(" ", strip=True)
+    assert "paused" in state and "missed · 24 h" in state
     badge = page.html.select_one('nav.nav a[href="/backoffice/schedules"] .badge')
     assert badge is not None and badge.get_text(strip=True).startswith("1")
 
