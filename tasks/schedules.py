@@ -68,17 +68,39 @@ def cron_words(fields: tuple[str, ...]) -> str:
 
 
 @lru_cache(maxsize=256)
+def _coarse(crontab: Callable[[datetime], bool]) -> tuple[Any, Any]:
+    """Whether a day, and an hour, may hold a matching minute (Huey's fields all must
+    match): from the fields it was declared with; (None, None) for a bare predicate."""
+    fields = getattr(crontab, "fields", None)
+    if not fields:
+        return None, None
+    _, hour, day, month, dow = fields
+    return (
+        huey_crontab(day=day, month=month, day_of_week=dow),
+        huey_crontab(hour=hour, day=day, month=month, day_of_week=dow),
+    )
+
+
+@lru_cache(maxsize=256)
 def _next_cron_minute(crontab: Callable[[datetime], bool], after: datetime) -> datetime | None:
     """The first minute after ``after`` that ``crontab`` matches (None: none within a year).
 
-    A crontab is a predicate, so the minutes are tried one by one: a monthly schedule
-    costs some 45,000 tries, once per (schedule, moment) in a process.
+    A crontab is a predicate: a day, then an hour, that cannot match is stepped over
+    whole, so a yearly schedule costs some hundreds of tries, not 525,600 (a bare
+    predicate's minutes are tried one by one).
     """
-    minute = after.replace(second=0, microsecond=0)
-    for _ in range(CRON_HORIZON_MINUTES):
-        minute += timedelta(minutes=1)
-        if crontab(minute):
+    day, hour = _coarse(crontab)
+    minute = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    end = minute + timedelta(minutes=CRON_HORIZON_MINUTES)
+    while minute < end:
+        if day is not None and not day(minute):
+            minute = minute.replace(hour=0, minute=0) + timedelta(days=1)
+        elif hour is not None and not hour(minute):
+            minute = minute.replace(minute=0) + timedelta(hours=1)
+        elif crontab(minute):
             return minute
+        else:
+            minute += timedelta(minutes=1)
     return None
 
 

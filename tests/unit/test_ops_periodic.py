@@ -17,12 +17,14 @@ from config import Config
 from tasks.routing import routes
 from tasks.schedules import (
     CATCH_UP_SLOTS,
+    CRON_HORIZON_MINUTES,
     HUEY_TICK_SECONDS,
     Cron,
     DueSlots,
     Every,
     tick_seconds,
 )
+from tasks.schedules import crontab as tasks_crontab
 from tests.support import ROOT
 
 DEFAULTS = Config().as_dict()
@@ -83,6 +85,51 @@ def test_the_slot_after_each_slot_is_the_next_one_the_scheduler_fires():
 def test_a_crontab_that_never_matches_has_no_next_slot():
     never = Cron(crontab(month="2", day="30"))
     assert never.first_after(datetime(2026, 1, 1), DEFAULTS) is None
+
+
+def test_a_yearly_crontab_finds_its_next_slot_without_trying_each_minute_of_the_year():
+    yearly, tried = tasks_crontab(minute="0", hour="0", day="1", month="1"), []
+
+    def counted(moment: datetime) -> bool:
+        tried.append(moment)
+        return yearly(moment)
+
+    counted.fields = yearly.fields
+    assert Cron(counted).first_after(datetime(2026, 1, 1, 0, 0, 30), DEFAULTS) == datetime(
+        2027, 1, 1
+    )
+    assert len(tried) < 100  # a minute at a time, it tried 525,600
+    leap = Cron(tasks_crontab(minute="30", hour="6", day="29", month="2"))
+    assert leap.first_after(datetime(2027, 3, 1), DEFAULTS) == datetime(2028, 2, 29, 6, 30)
+
+
+def test_a_crontabs_next_slot_across_midnight_and_month_ends_is_the_next_matching_minute():
+    def brute(rule, after: datetime) -> datetime | None:
+        minute = after.replace(second=0, microsecond=0)
+        for _ in range(CRON_HORIZON_MINUTES):
+            minute += timedelta(minutes=1)
+            if rule(minute):
+                return minute
+        return None
+
+    rules = [
+        {},
+        {"minute": "*/15"},
+        {"minute": "59", "hour": "23"},
+        {"minute": "0", "hour": "0", "day": "31"},
+        {"minute": "5", "hour": "*/6", "day_of_week": "1"},
+        {"minute": "17", "hour": "3", "day": "1", "month": "3"},
+    ]
+    starts = [
+        datetime(2026, 1, 31, 23, 59, 59),
+        datetime(2026, 2, 28, 23, 58),
+        datetime(2026, 4, 30, 12, 0),
+        datetime(2026, 12, 31, 23, 59, 30),
+    ]
+    for fields in rules:
+        rule = tasks_crontab(**fields)
+        for start in starts:
+            assert Cron(rule).first_after(start, DEFAULTS) == brute(rule, start), (fields, start)
 
 
 def test_the_scheduler_looks_as_often_as_the_shortest_period():
