@@ -26,13 +26,20 @@ def unfinished(
     name: str, now: datetime | None = None, release: bool = True
 ) -> tuple[str, str] | None:
     """What another "run now" of ``name`` would start beside, as (what names it, in words):
-    the newest slot's run while it runs, or the slot an earlier "run now" enqueued while no
-    scheduler has taken it (within the schedule's grace: later, its job was lost).
-    ``release=False`` reads inside the caller's transaction."""
+    the slot an earlier "run now" enqueued while no scheduler has taken it (within the
+    schedule's grace: later, its job was lost), else the newest slot's run while it runs
+    (named second: once a run now confirmed beside that run is enqueued, it is what the
+    next would start beside). ``release=False`` reads inside the caller's transaction."""
     view = schedule(name, now, limit=1, release=release)
+    if queued := _queued(name, view.grace_seconds, now):
+        return queued
     last = view.last_slot
     if last is not None and last.state in ("running", "late") and last.run_uuid:
         return last.run_uuid, f"its previous run {last.run_uuid} is still running"
+    return None
+
+
+def _queued(name: str, grace_seconds: int, now: datetime | None) -> tuple[str, str] | None:
     asked = next(
         (
             a
@@ -44,7 +51,7 @@ def unfinished(
     if asked is None:
         return None
     slot = datetime.fromisoformat(asked.detail["slot"].removesuffix("Z"))
-    if slot < (now or utcnow()) - timedelta(seconds=view.grace_seconds):
+    if slot < (now or utcnow()) - timedelta(seconds=grace_seconds):
         return None
     if ledger.schedules.slots_in(name, slot - EPSILON, slot):
         return None  # a worker took it
@@ -66,18 +73,25 @@ class NotEnqueued(Refused):
 
 
 def run_now(
-    name: str, actor: Actor, confirmed: bool = False, now: datetime | None = None
+    name: str,
+    actor: Actor,
+    confirmed: bool = False,
+    now: datetime | None = None,
+    beside: str | None = None,
 ) -> datetime:
     """Enqueue a slot of ``name`` now, the way its scheduler does (initiator ``operator:…``).
 
     Refused while the schedule's previous run still runs, or the slot an earlier "run now"
-    enqueued waits for a worker (one click twice is not two runs), unless ``confirmed``;
-    ``NotEnqueued`` when the queue could not be reached (its record says so).
+    enqueued waits for a worker (one click twice is not two runs), unless ``confirmed``
+    (``beside``: what the confirmation named; refused again when another waits now, a
+    confirmation submitted twice); ``NotEnqueued`` when the queue could not be reached
+    (its record says so).
     """
     known(name)
 
     def check() -> None:
-        if pending := unfinished(name, now, release=False):
+        pending = unfinished(name, now, release=False)
+        if pending and (not confirmed or beside not in (None, pending[0])):
             raise Unconfirmed(f"{name}: {pending[1]}; confirm again to start another")
 
     slot = now or utcnow()
@@ -85,9 +99,7 @@ def run_now(
         slot += EPSILON
     # Recorded first: every run now a worker may run is in the audit.
     with recording(f"the run now of {name}"):
-        action_id = ledger.actions.record_schedule_run_now(
-            name, slot, actor, None if confirmed else check
-        )
+        action_id = ledger.actions.record_schedule_run_now(name, slot, actor, check)
     try:
         queues().enqueue_slot(name, slot, f"operator:{actor.name}")
     except Exception as exc:

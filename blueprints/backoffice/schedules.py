@@ -82,7 +82,7 @@ def schedule_run_now(name: str):
         fields = {"running": named} if named else {}
         return _confirm(view, "backoffice.schedule_run_now", "Run now", message, **fields)
     try:
-        slot = operations.run_schedule_now(view.name, actor(), confirmed=bool(named))
+        slot = operations.run_schedule_now(view.name, actor(), confirmed=bool(named), beside=named)
     except (Refused, operations.NotRecorded) as exc:
         flash(f"Not started: {exc}", "error")
     else:

@@ -660,6 +660,18 @@ def test_two_run_nows_at_once_start_one_slot_and_refuse_the_other(ctx, monkeypat
     assert drain("default") == 1
 
 
+def test_a_run_now_confirmed_beside_a_slot_that_another_now_follows_is_refused_again(ctx):
+    ops = Actor("ops@example.com")
+    named = schedule_actions.slot_text(schedule_actions.run_now(SWEEP, ops, now=T0))
+    later = T0 + timedelta(seconds=30)
+    second = schedule_actions.run_now(SWEEP, ops, confirmed=True, beside=named, now=later)
+    # The same confirmation submitted again, at once: it named the first slot, and the
+    # second waits now.
+    with pytest.raises(Refused, match=re.escape(schedule_actions.slot_text(second))):
+        schedule_actions.run_now(SWEEP, ops, confirmed=True, beside=named, now=later)
+    assert schedule_actions.run_now(SWEEP, ops, confirmed=True, now=later)  # --yes
+
+
 def test_each_confirmed_run_now_runs_a_slot_of_its_own_beside_the_scheduled_one(ctx):
     ops = Actor("ops@example.com")
     due = T0 + PERIOD

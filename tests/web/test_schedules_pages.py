@@ -162,6 +162,25 @@ def test_run_now_is_refused_while_the_previous_run_runs_unless_confirmed_again(a
     assert "run now" in done.text and "manager@example.com" in done.text
 
 
+def test_a_confirmation_beside_a_running_run_submitted_twice_starts_one_more_not_two(app, people):
+    with app.app_context():
+        slot = utcnow().replace(microsecond=0) - timedelta(minutes=1)
+        ledger.schedules.claim(STATEMENTS, slot, "host-a:1")
+        running = runner.start("diagnostics.probe", {"units": 2}, "schedule").uuid
+        ledger.schedules.finish(STATEMENTS, slot, None, running)
+        db.session.remove()
+    before = default_queue_jobs(app)
+    web = signed_in(app, people)
+    confirm = action(web.get(f"/backoffice/schedules/{STATEMENTS}"), STATEMENTS, "run-now")
+    assert "still running" in confirm.text
+    done = confirm.forms["confirm"].submit().follow()
+    assert "was enqueued" in done.text and default_queue_jobs(app) == before + 1
+    # The same confirmation again (a double click, a reload): it named the running run, and
+    # now a run now of its own waits too.
+    again = confirm.forms["confirm"].submit()
+    assert "has not started yet" in again.text and default_queue_jobs(app) == before + 1
+
+
 def test_a_second_click_on_run_now_before_a_worker_took_the_first_asks_again(app, people):
     web = signed_in(app, people)
     before = default_queue_jobs(app)
