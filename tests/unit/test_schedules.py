@@ -140,6 +140,36 @@ def test_schedulers_all_down_for_three_slots_then_back_leave_three_missed_and_on
     ]
 
 
+def test_a_one_minute_schedule_down_for_a_day_has_every_slot_written_missed(ctx):
+    relay = "taskrunner.relay_events"  # every 60 s: grace 120 s
+    ran(relay, T0)
+    back = T0 + timedelta(days=1)
+    # More slots than one watch writes: the next turns write the rest, oldest first.
+    watches = [back + timedelta(minutes=5 * k) for k in range(3)]
+    for at in watches:
+        schedules.watch(now=at)
+    owed = int((watches[-1] - timedelta(seconds=120) - T0).total_seconds() // 60)
+    assert owed > schedules.UNCLAIMED_CAP
+    assert ledger.schedules.missed_since([relay], T0) == {relay: owed}
+    assert ledger.schedules.states()[relay].missed_slots == owed
+
+
+def test_schedulers_all_down_for_a_day_then_back_write_every_slot_missed_in_one_episode(ctx):
+    relay = "taskrunner.relay_events"  # every 60 s: 1439 slots owed in a day
+    got: list[tuple[str, int]] = []
+    for name in ("tasks.schedule.missed", "tasks.schedule.recovered"):
+        events.subscribe(name, lambda e: got.append((e["name"], e["payload"]["missed_slots"])))
+    ran(relay, T0)
+    back = T0 + timedelta(days=1)
+    keeper = slot_keeper.LedgerSlotKeeper()
+    assert keeper.claim(relay, back, "host-a:1", back, "schedule")
+    keeper.finished(relay, back, None, None)
+    schedules.watch(now=back + timedelta(minutes=1))
+    assert ledger.schedules.missed_since([relay], T0) == {relay: 1439}
+    # The episode opens with the first thousand written; its end counts them all.
+    assert got == [("tasks.schedule.missed", 1000), ("tasks.schedule.recovered", 1439)]
+
+
 def test_missed_slots_are_computed_on_read_when_no_scheduler_runs_at_all(ctx, heard):
     ran(SWEEP, T0)
     later = T0 + timedelta(hours=2)
