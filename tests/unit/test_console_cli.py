@@ -279,6 +279,9 @@ def test_start_with_wait_says_the_run_uuid_before_it_waits(app):
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        # As typed at a terminal: a suite run in the background (CI runs both backends
+        # at once) has SIGINT ignored, and a child would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         said, _, _ = select.select([waiting.stdout], [], [], 30)
