@@ -38,6 +38,7 @@ from taskrunner.unit_feed import prefetched
 from taskrunner.unit_rules import checked_units
 
 logger = logging.getLogger(__name__)
+INITIATOR_LENGTH = 120  # what task_runs.initiator holds
 
 
 def start(
@@ -48,14 +49,18 @@ def start(
     """Persist a run and its units, then dispatch one job per unit.
 
     Refused (``Refused``, ``ContextError``, ``UnitError``) with nothing written: a type
-    that is not registered, a context no ledger stores as it is (``context_rules``) or
-    the type's ``validate`` refuses, a unit the ledger
-    cannot hold (``unit_rules``: the units are checked as they stream into the run's one
-    transaction, which a refusal rolls back).
+    that is not registered, an initiator longer than a run row holds, a context no ledger
+    stores as it is (``context_rules``) or the type's ``validate`` refuses, a unit the
+    ledger cannot hold (``unit_rules``: the units are checked as they stream into the
+    run's one transaction, which a refusal rolls back).
     """
     definition = registry.get(
         type_or_definition if isinstance(type_or_definition, str) else type_or_definition.type()
     )
+    if len(initiator) > INITIATOR_LENGTH:  # PostgreSQL refused it at the insert
+        raise Refused(
+            f"an initiator is at most {INITIATOR_LENGTH} characters, not {len(initiator)}"
+        )
     check_storable(definition.type(), {} if context is None else context)
     context = dict(context or {})
     validate = getattr(definition, "validate", None)

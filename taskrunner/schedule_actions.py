@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from database import utcnow
 from taskrunner.ledger import Actor, ledger
 from taskrunner.redaction import redact
-from taskrunner.runner import recording
+from taskrunner.runner import INITIATOR_LENGTH, recording
 from taskrunner.schedules import EPSILON, known, schedule
 from taskrunner.types import Refused
 from tasks.outages import outage_of
@@ -101,7 +101,8 @@ def run_now(
     with recording(f"the run now of {name}"):
         action_id = ledger.actions.record_schedule_run_now(name, slot, actor, check)
     try:
-        queues().enqueue_slot(name, slot, f"operator:{actor.name}")
+        # Within what a run row holds: an address of up to 191 characters is an operator's.
+        queues().enqueue_slot(name, slot, f"operator:{actor.name}"[:INITIATOR_LENGTH])
     except Exception as exc:
         logger.exception("Run now of %s: its slot could not be enqueued", name)
         reason = f"the queue could not be reached ({outage_of(exc) or redact(exc)})"

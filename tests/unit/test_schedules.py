@@ -909,3 +909,23 @@ def test_a_minute_schedule_back_after_two_days_settles_every_slot_it_missed_in_o
         ("tasks.schedule.recovered", None),
     ]
     assert got[1]["payload"]["missed_slots"] == silent
+
+
+def test_a_run_now_by_an_operator_with_a_long_address_starts_its_run(ctx):
+    # "operator:" and an address of 150 characters (an account holds 191) was the run's
+    # initiator: longer than a run row holds, PostgreSQL refused the run at its insert.
+    statements = "payments.monthly_statements"
+    ops = Actor("o" * 64 + "@" + "d" * 73 + ".example.com")
+    schedule_actions.run_now(statements, ops, now=T0)
+    drain("default")
+
+    [row] = ledger.schedules.recent([statements], 1)[statements]
+    assert row.outcome == "ok"
+    [run] = ledger.runs.runs_page(type_="payments.monthly_statements").items
+    assert run.initiator == f"operator:{ops.name}"[: runner.INITIATOR_LENGTH]
+
+
+def test_a_run_started_with_an_initiator_no_run_row_holds_is_refused_with_nothing_written(ctx):
+    with pytest.raises(Refused, match="an initiator is at most 120 characters, not 121"):
+        runner.start("diagnostics.probe", {"units": 1}, "x" * 121)
+    assert ledger.runs.runs_page().items == []
