@@ -67,15 +67,13 @@ def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> N
             f"a task type is a name of 1 to {TYPE_LENGTH} characters without spaces or "
             f"control characters, not {echo(type_)}"
         )
+    named = f"task type {type_!r}"  # a name of at most TYPE_LENGTH characters by now
     if registry.find(type_) is not None:
         # Replacing it would run the other module's jobs for every run of this type.
-        raise DefinitionError(
-            f"task type {type_[:80]!r} is registered twice (each type once, by one module)"
-        )
+        raise DefinitionError(f"{named} is registered twice (each type once, by one module)")
     if options.queue not in QUEUE_NAMES:
         raise DefinitionError(
-            f"task type {type_[:80]!r}: queue {options.queue[:40]!r} is not one of "
-            f"{', '.join(QUEUE_NAMES)}"
+            f"{named}: queue {options.queue[:40]!r} is not one of {', '.join(QUEUE_NAMES)}"
         )
     # The queue it runs on (a route may send it to another) must stop it before its
     # consumer gives up on it: a builder consumer's graceful stop waits no longer.
@@ -83,13 +81,13 @@ def check_definition(definition: TaskDefinition, config: Mapping[str, Any]) -> N
     longest = QUEUES[queue].max_timeout
     if not 0 < options.timeout <= longest:
         raise DefinitionError(
-            f"task type {type_[:80]!r}: timeout ({options.timeout} s) must be 1 to {longest} s, "
+            f"{named}: timeout ({options.timeout} s) must be 1 to {longest} s, "
             f"the longest its queue ({queue}) serves"
         )
     minutes = options.stuck_after_minutes or config["TASK_RUNNER_STUCK_AFTER_MINUTES"]
     if minutes * 60 <= options.timeout:
         raise DefinitionError(
-            f"task type {type_[:80]!r}: stuck_after_minutes ({minutes}) must be above its "
+            f"{named}: stuck_after_minutes ({minutes}) must be above its "
             f"timeout ({options.timeout} s), or its units would read stuck while they run"
         )
 
