@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from sqlalchemy import Row, and_, delete, func, or_, select, update
+from sqlalchemy import Row, Table, and_, delete, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -48,9 +48,9 @@ class ScheduleSlots(ScheduleReads):
         self.session = session
         self.writes = writes
 
-    def _insert(self, model: type) -> postgresql.Insert | sqlite.Insert:
+    def _insert(self, target: type | Table) -> postgresql.Insert | sqlite.Insert:
         dialect = sqlite if is_sqlite(self.session) else postgresql
-        return dialect.insert(model)
+        return dialect.insert(target)
 
     def _know(self, names: Iterable[str], now: datetime) -> None:
         rows = [{"name": name, "first_known_at": now, "missed_slots": 0} for name in names]
@@ -239,10 +239,10 @@ class ScheduleSlots(ScheduleReads):
         statement for them all: a scheduler back after a year settles 105,000)."""
         if not rows:
             return []
+        # On the table, not the model: a list of rows is then one executemany RETURNING.
         table = ScheduleSlot.__table__
-        dialect = sqlite if is_sqlite(self.session) else postgresql
         stmt = (
-            dialect.insert(table)
+            self._insert(table)
             .on_conflict_do_update(
                 index_elements=["name", "slot"],
                 set_={"outcome": MISSED, "reason": table.c.reason + NOT_TAKEN_AGAIN},
